@@ -1,0 +1,197 @@
+"""The preflight role, run for real by ansible-playbook against this machine
+(it only reads), with recorded nvidia-smi outputs behind a fake nvidia-smi.
+
+Each failure case checks the message a user would read. Success cases check
+the facts later roles rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "tests" / "data" / "nvidia-smi"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+pytestmark = pytest.mark.skipif(
+    not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python (make venv)"
+)
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: true
+  gather_subset: [min]
+  tasks:
+    - ansible.builtin.include_role:
+        name: preflight
+    - ansible.builtin.copy:
+        dest: "{{ out }}"
+        mode: "0600"
+        content: "{{ {'profile': verl_pascal_profile,
+                      'count': ansible_facts['nvidia_gpu_count'],
+                      'cap': ansible_facts['nvidia_min_compute_cap'],
+                      'source': ansible_facts['nvidia_compute_cap_source'],
+                      'cuda': ansible_facts['nvidia_driver_cuda_check']} | to_json }}"
+      check_mode: false
+"""
+
+
+def fake_nvidia_smi(tmp_path: Path, recorded: str, rc: int = 0, fallback: str | None = None) -> Path:
+    """An nvidia-smi that prints a recorded output; with `fallback`, it
+    rejects the compute_cap field like an old driver and answers the
+    fallback query from that file."""
+    script = tmp_path / "nvidia-smi"
+    lines = ["#!/bin/sh"]
+    if fallback:
+        lines += [
+            'case "$*" in *compute_cap*)',
+            f"  cat '{DATA / recorded}'; exit {rc};;",
+            "esac",
+            f"cat '{DATA / fallback}'",
+        ]
+    else:
+        lines += [f"cat '{DATA / recorded}'", f"exit {rc}"]
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def run_preflight(tmp_path: Path, *extra: str, check: bool = False) -> tuple[subprocess.CompletedProcess[str], dict]:
+    book = tmp_path / "play.yml"
+    book.write_text(PLAYBOOK)
+    out = tmp_path / "facts.json"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+    }
+    cmd = [
+        str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(book),
+        "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
+        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+        "-e", f"out={out}",
+        "-e", f"ansible_python_interpreter={sys.executable}",
+        *extra,
+    ]
+    if check:
+        cmd.append("--check")
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    facts = json.loads(out.read_text()) if out.exists() else {}
+    return proc, facts
+
+
+def smi(path: Path) -> str:
+    return f"preflight_nvidia_smi={path}"
+
+
+def test_p40_box_gets_the_pascal_profile(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")))
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "pascal"
+    assert facts["count"] == 1 and facts["cap"] == "6.1"
+    assert facts["cuda"]["ok"] is True
+
+
+def test_check_mode_gives_the_same_verdict(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40x4.csv")), check=True)
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "pascal" and facts["count"] == 4
+    recap = proc.stdout.split("PLAY RECAP")[-1]
+    assert "changed=1 " in recap  # only the test's own fact dump; preflight changes nothing
+
+
+def test_mixed_box_is_judged_by_its_weakest_gpu(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "mixed-p40-t4.csv")))
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "pascal" and facts["cap"] == "6.1"
+
+
+def test_h200_needs_no_patching(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "h200.csv")))
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "native"
+
+
+def test_old_driver_without_compute_cap_falls_back_to_the_name_table(tmp_path: Path) -> None:
+    script = fake_nvidia_smi(tmp_path, "old-driver-470.compute_cap-error.txt", rc=2, fallback="old-driver-470.csv")
+    proc, facts = run_preflight(tmp_path, "-e", smi(script))
+    assert proc.returncode == 0, proc.stdout
+    assert facts["cap"] == "6.1" and facts["source"] == "name_table"
+    assert facts["profile"] == "pascal"
+    assert facts["cuda"]["mode"] == "minor_version_compat"
+
+
+def test_driver_too_old_for_cuda_fails_with_what_to_do(tmp_path: Path) -> None:
+    old = tmp_path / "r418.csv"
+    old.write_text("Tesla P40, 6.1, 418.87.01, 24451, 24300\n")
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\ncat '{old}'\n")
+    script.chmod(0o755)
+    proc, _ = run_preflight(tmp_path, "-e", smi(script))
+    assert proc.returncode != 0
+    assert "418.87.01" in proc.stdout
+    assert "520" in proc.stdout  # the branch to install
+
+
+def test_no_driver_fails_and_says_the_driver_is_not_ours_to_install(tmp_path: Path) -> None:
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "no-driver.txt", rc=9)))
+    assert proc.returncode != 0
+    assert "No working NVIDIA driver" in proc.stdout
+    assert "couldn't communicate with the NVIDIA driver" in proc.stdout
+
+
+def test_missing_nvidia_smi_fails_like_no_driver(tmp_path: Path) -> None:
+    proc, _ = run_preflight(tmp_path, "-e", smi(tmp_path / "does-not-exist"))
+    assert proc.returncode != 0
+    assert "No working NVIDIA driver" in proc.stdout
+
+
+def test_driver_without_gpus_fails(tmp_path: Path) -> None:
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "no-devices.txt", rc=6)))
+    assert proc.returncode != 0
+    assert "no GPU" in proc.stdout or "No devices were found" in proc.stdout
+
+
+def test_pre_pascal_gpu_is_refused(tmp_path: Path) -> None:
+    kepler = tmp_path / "k80.csv"
+    kepler.write_text("Tesla K80, 3.7, 470.256.02, 11441, 11300\n")
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\ncat '{kepler}'\n")
+    script.chmod(0o755)
+    proc, _ = run_preflight(tmp_path, "-e", smi(script))
+    assert proc.returncode != 0
+    assert "compute capability 6.0 or newer" in proc.stdout
+
+
+def test_unsupported_os_is_refused_before_the_gpu_is_read(tmp_path: Path) -> None:
+    proc, _ = run_preflight(
+        tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", '{"preflight_supported_os": {"Plan9": ["4"]}}'
+    )
+    assert proc.returncode != 0
+    assert "is not supported" in proc.stdout and "Plan9 4" in proc.stdout
+    assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_too_little_disk_names_the_filesystem_and_the_need(tmp_path: Path) -> None:
+    need = json.dumps({"preflight_disk_requirements": [{"what": "CUDA toolkit", "path": str(tmp_path / "cuda"), "bytes": 10**18}]})
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", need)
+    assert proc.returncode != 0
+    assert "Not enough free disk space" in proc.stdout and "CUDA toolkit" in proc.stdout
+
+
+def test_wrongly_typed_variable_fails_before_any_task(tmp_path: Path) -> None:
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "preflight_profile=turbo")
+    assert proc.returncode != 0
+    assert "preflight_profile" in proc.stdout
+    assert "Read the NVIDIA GPUs" not in proc.stdout
