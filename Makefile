@@ -1,0 +1,39 @@
+# verl-pascal: the two commands are `make demo` and `make test` (README.md).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: test demo setup venv lint unit molecule clean
+
+## test: everything CI runs, from a fresh machine (needs root for packages and Podman)
+test: setup venv lint unit molecule
+
+## demo: provision a throwaway container as if it were p40-box, with stand-in artifacts
+demo: setup venv
+	scripts/demo.sh
+
+setup:
+	scripts/setup-host.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+lint: venv
+	$(BIN)/yamllint --strict .
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production
+	shellcheck scripts/*.sh scripts/standins/*.sh scripts/standins/nvcc scripts/standins/nvidia-smi scripts/standins/cuda-uninstaller
+
+unit: venv
+	$(BIN)/python -m pytest tests
+
+molecule: setup venv
+	scripts/molecule.sh test --all
+
+clean:
+	-podman rm -f verl-pascal-demo p40-box
+	rm -rf .cache

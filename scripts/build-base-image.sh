@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Debian 12 base image the Molecule scenarios run in.
+# No image registry is reachable from CI, so the image comes from Debian's
+# archive through debootstrap, then `podman import` (DESIGN.md section 5).
+# The archive URL is read from this machine's apt sources, never written here.
+set -euo pipefail
+
+# The tag is a hash of this script, so a changed recipe builds a new image.
+image=${VERL_PASCAL_IMAGE:-localhost/verl-pascal-debian12:$(sha256sum "$0" | cut -c1-12)}
+suite=bookworm
+# A bare box: what a fresh Debian server has, plus python3 for Ansible.
+include=python3,python3-apt,ca-certificates,sudo,procps,xz-utils,tar,gzip
+
+if [[ ${1:-} == --print ]]; then
+  echo "$image"
+  exit 0
+fi
+if podman image exists "$image"; then
+  echo "build-base-image: reusing $image"
+  exit 0
+fi
+
+mirror=${DEBIAN_MIRROR:-}
+if [[ -z $mirror ]]; then
+  mirror=$(grep -rhE '^(URIs:|deb)[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null \
+    | grep -oE 'https?://[^[:space:]]+/debian/?' | grep -v security | head -n1 || true)
+fi
+if [[ -z $mirror ]]; then
+  echo "build-base-image: no Debian archive found in apt sources; set DEBIAN_MIRROR" >&2
+  exit 1
+fi
+
+root=$(mktemp -d /var/tmp/verl-pascal-rootfs.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+echo "build-base-image: debootstrap $suite from $mirror"
+debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >/dev/null
+# Like a freshly installed server: package lists present (check mode of apt
+# needs them), no downloaded .deb files.
+rm -f "$root"/var/cache/apt/archives/*.deb
+tar -C "$root" -c . | podman import \
+  --change 'CMD ["sleep", "infinity"]' \
+  --change 'ENV LANG=C.UTF-8' - "$image" >/dev/null
+echo "build-base-image: built $image"

@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# Shared by scripts/molecule.sh and scripts/demo.sh: the base image, the
+# STAND-IN artifacts, and a local HTTP mirror serving them on loopback.
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${VENV:-$root/.venv}
+cache=$root/.cache
+export PATH=$venv/bin:$PATH
+export VERL_PASCAL_STANDINS=$cache/standins
+VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
+export VERL_PASCAL_IMAGE
+
+# Build what is missing: the Debian 12 image and the stand-in artifacts.
+build_test_inputs() {
+  "$root/scripts/build-base-image.sh"
+  "$root/scripts/build-standins.sh" "$VERL_PASCAL_STANDINS"
+}
+
+# Serve the stand-ins on a free loopback port until the calling script exits;
+# sets mirror_url.
+start_mirror() {
+  local port pid
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  python3 -m http.server --bind 127.0.0.1 --directory "$VERL_PASCAL_STANDINS/mirror" "$port" \
+    >"$cache/mirror-$port.log" 2>&1 &
+  pid=$!
+  # shellcheck disable=SC2064 # expand now: the pid is known only here
+  trap "kill $pid 2>/dev/null || true" EXIT
+  mirror_url=http://127.0.0.1:$port
+  for _ in $(seq 50); do
+    python3 -c "import urllib.request as u; u.urlopen('$mirror_url/SHA256SUMS')" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "mirror did not start; see $cache/mirror-$port.log" >&2
+  return 1
+}
+
+# Print the host variables that point a host at the stand-ins on the mirror.
+standin_host_vars() {
+  echo "# Generated: this host takes the STAND-IN artifacts from the local mirror."
+  echo "artifact_mirror_url: $mirror_url"
+  grep -v -e '^---' -e '^#' "$VERL_PASCAL_STANDINS/standins.yml"
+}
