@@ -34,7 +34,7 @@ PLAYBOOK = """
     - ansible.builtin.copy:
         dest: "{{ out }}"
         mode: "0600"
-        content: "{{ {'profile': verl_pascal_profile,
+        content: "{{ {'profile': preflight_gpu_profile,
                       'count': ansible_facts['nvidia_gpu_count'],
                       'cap': ansible_facts['nvidia_min_compute_cap'],
                       'source': ansible_facts['nvidia_compute_cap_source'],
