@@ -1,0 +1,972 @@
+"""Version-aware, syntax-based patcher that makes verl run without bf16 and FlashAttention-2.
+
+verl hard-codes three things a Pascal GPU (sm_61) cannot do, and no config key
+reaches them (DESIGN.md section 3):
+
+``autocast_bf16``
+    ``torch.autocast(..., dtype=torch.bfloat16)`` around the actor, critic,
+    HF-rollout, reward-model, SFT and engine forward passes. Rewritten to
+    ``dtype=torch.float32, enabled=False``: a disabled autocast is an exact
+    no-op context, so the ``with`` statement keeps working and the model runs
+    in the dtype it was loaded in (fp32 with the project's overrides).
+``attn_implementation``
+    the string literal ``"flash_attention_2"`` given as ``attn_implementation``
+    (keyword, dict value, assignment, ``.get`` default, parameter default).
+    Replaced by the profile's attention, ``"sdpa"`` (default) or ``"eager"``.
+``bert_padding_import``
+    ``from flash_attn.bert_padding import ...``, which raises ImportError where
+    flash-attn is not installed (it cannot be built for sm_6x). Wrapped in
+    ``try: <the import> except ImportError: from verl._pascal_compat.bert_padding
+    import ...``: flash-attn's helpers are still used where flash-attn imports,
+    the pure-torch copies shipped by this patcher everywhere else.
+
+Sites are found with the ``ast`` module and rewritten by splicing the source
+text at the nodes' exact positions, so a re-wrapped, reformatted or moved call
+is still found, and comments and formatting elsewhere stay as they are. Not
+touched: ``verl/utils/torch_dtypes.py`` (the name-to-dtype table: rewriting it
+changes what "bf16" means for every caller), anything outside the ``verl``
+package (docs, tests, examples). ``torch.compile(entropy_from_logits)`` is not
+patched either: ``actor_rollout_ref.actor.use_torch_compile=False`` reaches it.
+
+Profiles: ``pascal`` (sm_6x) and ``volta_turing`` (sm_7x) both patch all three
+kinds: neither has FlashAttention-2 (it needs sm_80+); sm_7x has fast fp16 but
+verl's FSDP path has no loss scaler for fp16, so fp32 is the only safe choice
+there too. ``native`` changes nothing (Ampere and newer run verl as shipped).
+
+Idempotent: a patched site is recognised by its form (the disabled autocast,
+the attention literal in a patched tree, the import inside our try/except) and
+left alone, so a second run changes no byte. The tree records what was done:
+``verl/_pascal_compat/__init__.py`` (profile and attention, installed with the
+package) and ``verl/.verl_pascal_patch.json`` (the manifest: every site changed,
+written by each run that changes something). Re-patching a patched tree with
+the other attention, or pascal <-> volta_turing, works; going back to
+``native`` is refused: reinstall verl from its sdist instead.
+
+All rewritten files are compiled and re-scanned in memory before anything is
+written, then written through temporary files and ``os.replace``: a failed
+rewrite leaves the tree untouched. Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import pkgutil
+import re
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+ENGINE_VERSION = "1.0.0"
+
+KIND_AUTOCAST = "autocast_bf16"
+KIND_ATTN = "attn_implementation"
+KIND_BERT = "bert_padding_import"
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT)
+KIND_COMPAT = "compat_module"
+
+PENDING = "pending"
+PATCHED = "patched"
+KEPT = "kept"
+
+PROFILES = ("pascal", "volta_turing", "native")
+FP32_PROFILES = ("pascal", "volta_turing")
+ATTN_CHOICES = ("sdpa", "eager")
+FA2 = "flash_attention_2"
+
+PACKAGE = "verl"
+COMPAT_DIR = "_pascal_compat"
+COMPAT_MODULE = "verl._pascal_compat.bert_padding"
+COMPAT_SOURCE_FILES = ("bert_padding.py",)
+MANIFEST_NAME = ".verl_pascal_patch.json"
+NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
+TRIGGERS = ("autocast", "flash_attn", "attn_implementation")
+BERT_MODULE = "flash_attn.bert_padding"
+MARKER = "# verl-pascal:"
+
+# Where each autocast flavour takes its parameters, in positional order.
+_AUTOCAST_NEW = ("device_type", "dtype", "enabled", "cache_enabled")
+_AUTOCAST_OLD = ("enabled", "dtype", "cache_enabled")
+AUTOCAST_SIGNATURES: Dict[str, Tuple[str, ...]] = {
+    "torch.autocast": _AUTOCAST_NEW,
+    "torch.amp.autocast": _AUTOCAST_NEW,
+    "torch.amp.autocast_mode.autocast": _AUTOCAST_NEW,
+    "torch.cuda.amp.autocast": _AUTOCAST_OLD,
+    "torch.cuda.amp.autocast_mode.autocast": _AUTOCAST_OLD,
+    "torch.cpu.amp.autocast": _AUTOCAST_OLD,
+    "torch.cpu.amp.autocast_mode.autocast": _AUTOCAST_OLD,
+}
+ATTN_NAMES = ("attn_implementation", "_attn_implementation")
+
+# Sites that MUST be found, per verl release: {file: {kind: minimum count}}.
+# A supported release missing one means upstream moved or changed something:
+# the patcher then refuses (the CLI exits 2) rather than leave a site behind.
+#
+# Adding a release: download its sdist (pip download --no-deps --no-binary
+# :all: verl==X -d DIR) and unpack it; run
+#   bin/verl-patch --source DIR/verl-X --profile pascal --check --json --allow-unsupported
+# read every site it lists against the source (and grep the tree for bfloat16,
+# flash_attention_2 and flash_attn to see what the scanner does not find);
+# paste the "table_entry" of that JSON here; then add the release to the test
+# parameters in tests/test_verl_patch.py.
+_ACTOR = "verl/workers/actor/dp_actor.py"
+_CRITIC = "verl/workers/critic/dp_critic.py"
+_ROLLOUT = "verl/workers/rollout/hf_rollout.py"
+_WORKERS = "verl/workers/fsdp_workers.py"
+_SFT = "verl/trainer/fsdp_sft_trainer.py"
+_ENGINE = "verl/workers/engine/fsdp/engine_impl.py"
+_MODEL = "verl/utils/model.py"
+_TORCH_F = "verl/utils/torch_functional.py"
+_MEGATRON = {
+    "verl/models/llama/megatron/modeling_llama_megatron.py": {KIND_BERT: 1},
+    "verl/models/llama/megatron/layers/parallel_attention.py": {KIND_BERT: 1},
+    "verl/models/qwen2/megatron/modeling_qwen2_megatron.py": {KIND_BERT: 1},
+    "verl/models/qwen2/megatron/layers/parallel_attention.py": {KIND_BERT: 1},
+    "verl/utils/megatron/tensor_parallel.py": {KIND_BERT: 1},
+    "verl/utils/megatron/pipeline_parallel.py": {KIND_BERT: 1},
+}
+_V03_V04_COMMON = {
+    _ACTOR: {KIND_AUTOCAST: 1, KIND_BERT: 1},
+    _ROLLOUT: {KIND_AUTOCAST: 1},
+    _WORKERS: {KIND_AUTOCAST: 1, KIND_ATTN: 3, KIND_BERT: 1},
+    _SFT: {KIND_AUTOCAST: 1, KIND_ATTN: 1, KIND_BERT: 1},
+    _TORCH_F: {KIND_BERT: 2},
+}
+SUPPORTED_VERSIONS: Dict[str, Dict[str, Dict[str, int]]] = {
+    "0.3.0.post1": dict(_V03_V04_COMMON, **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1}}, **_MEGATRON),
+    "0.4.0": dict(_V03_V04_COMMON, **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 2}}, **_MEGATRON),
+    "0.4.1": dict(
+        _V03_V04_COMMON,
+        **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1}, _MODEL: {KIND_ATTN: 2}},
+        **_MEGATRON,
+    ),
+    "0.5.0": dict(
+        _V03_V04_COMMON,
+        **{
+            _CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1},
+            _MODEL: {KIND_ATTN: 2},
+            _ENGINE: {KIND_AUTOCAST: 1, KIND_ATTN: 1, KIND_BERT: 1},
+        },
+        **_MEGATRON,
+    ),
+}
+
+
+class VerlPatchError(Exception):
+    """The tree cannot be patched as asked; the message says why and what to do."""
+
+
+class BadSourceError(VerlPatchError):
+    """The source directory is missing or holds no verl package."""
+
+
+class UnsupportedVersionError(VerlPatchError):
+    """The verl release is not in SUPPORTED_VERSIONS."""
+
+
+class UpstreamChangedError(VerlPatchError):
+    """A supported release lacks a site the table says it has."""
+
+
+class RewriteError(VerlPatchError):
+    """A rewrite would not compile, or would leave a site behind."""
+
+
+@dataclass
+class Site:
+    """One hard-coded site; line and columns are 1-based line and 0-based character columns."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    kind: str
+    state: str
+    before: str
+    after: str
+
+    def describe(self) -> str:
+        text = " ".join(self.before.split())
+        return "%s:%d:%d: %s (%s): %s" % (self.file, self.line, self.col + 1, self.kind, self.state, text)
+
+
+@dataclass
+class FileChange:
+    """New content for one file; ``before`` is None for a file that does not exist yet."""
+
+    path: str
+    rel: str
+    before: Optional[str]
+    after: str
+    kind: str
+
+
+@dataclass
+class Plan:
+    """Everything a run would do, computed without writing anything."""
+
+    source: str
+    package_dir: str
+    verl_version: str
+    profile: str
+    attn: str
+    supported: bool
+    sites: List[Site] = field(default_factory=list)
+    changes: List[FileChange] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def manifest_path(self) -> str:
+        return os.path.join(self.package_dir, MANIFEST_NAME)
+
+    @property
+    def pending(self) -> List[Site]:
+        return [s for s in self.sites if s.state == PENDING]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+    def table_entry(self) -> Dict[str, Dict[str, int]]:
+        """The SUPPORTED_VERSIONS entry that matches what was found."""
+        return counts_by_file(s for s in self.sites if s.state in (PENDING, PATCHED))
+
+    def diffs(self) -> List[Dict[str, str]]:
+        """Ansible-style diffs: one {before_header, after_header, before, after} per changed file."""
+        return [
+            {
+                "before_header": c.rel if c.before is not None else "/dev/null",
+                "after_header": c.rel,
+                "before": c.before or "",
+                "after": c.after,
+            }
+            for c in self.changes
+        ]
+
+    def unified_diff(self) -> str:
+        parts: List[str] = []
+        for c in self.changes:
+            parts.extend(
+                difflib.unified_diff(
+                    (c.before or "").splitlines(True),
+                    c.after.splitlines(True),
+                    "a/" + c.rel if c.before is not None else "/dev/null",
+                    "b/" + c.rel,
+                )
+            )
+        return "".join(parts)
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "changed": self.changed,
+            "source": self.source,
+            "verl_version": self.verl_version,
+            "supported": self.supported,
+            "profile": self.profile,
+            "attn": self.attn,
+            "engine_version": ENGINE_VERSION,
+            "manifest": self.manifest_path,
+            "counts": {kind: sum(1 for s in self.sites if s.kind == kind) for kind in KINDS},
+            "pending": len(self.pending),
+            "sites": [asdict(s) for s in self.sites],
+            "files_changed": [c.rel for c in self.changes],
+            "warnings": list(self.warnings),
+            "table_entry": self.table_entry(),
+        }
+
+
+# ----------------------------------------------------------------------------
+# Source text: exact positions
+# ----------------------------------------------------------------------------
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class SourceText:
+    """A file's text with ast positions (1-based lines, UTF-8 byte columns) mapped to string offsets."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+
+    def line_text(self, lineno: int) -> str:
+        start = self.line_starts[lineno - 1]
+        end = self.line_starts[lineno] if lineno < len(self.line_starts) else len(self.text)
+        return self.text[start:end].rstrip("\r\n")
+
+    def offset(self, lineno: int, col_bytes: int) -> int:
+        line = self.line_text(lineno)
+        chars = len(line.encode("utf-8")[:col_bytes].decode("utf-8", errors="ignore"))
+        return self.line_starts[lineno - 1] + chars
+
+    def span(self, node: ast.AST) -> Tuple[int, int]:
+        start = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = self.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return start, end
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = self.span(node)
+        return self.text[start:end]
+
+    def position(self, offset: int) -> Tuple[int, int]:
+        """(1-based line, 0-based character column) of a string offset."""
+        lo, hi = 0, len(self.line_starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.line_starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1, offset - self.line_starts[lo]
+
+
+@dataclass
+class Edit:
+    """Replace text[start:end] by ``text``."""
+
+    start: int
+    end: int
+    text: str
+
+
+def apply_edits(text: str, edits: Sequence[Edit]) -> str:
+    """Apply non-overlapping edits (zero-width inserts may touch a replacement's end)."""
+    ordered = sorted(edits, key=lambda e: (e.start, e.end))
+    for prev, cur in zip(ordered, ordered[1:]):
+        if cur.start < prev.end:
+            raise RewriteError("overlapping edits at offsets %d and %d" % (prev.start, cur.start))
+    out = text
+    for edit in reversed(ordered):
+        out = out[: edit.start] + edit.text + out[edit.end :]
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Name resolution: which dotted name does an expression denote?
+# ----------------------------------------------------------------------------
+
+
+def import_aliases(nodes: Iterable[ast.AST]) -> Dict[str, str]:
+    """Local name -> dotted name bound by the module's imports (any scope)."""
+    aliases: Dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    aliases[alias.asname or alias.name] = node.module + "." + alias.name
+    return aliases
+
+
+def dotted_name(node: ast.AST, aliases: Dict[str, str]) -> Optional[str]:
+    """'torch.bfloat16' for ``th.bfloat16`` after ``import torch as th``; None if not a dotted name."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = dotted_name(node.value, aliases)
+        return None if base is None else base + "." + node.attr
+    return None
+
+
+def walk_with_parents(tree: ast.AST) -> Tuple[List[ast.AST], Dict[ast.AST, ast.AST]]:
+    """Every node of the tree (any order) and each node's parent, in one pass."""
+    nodes: List[ast.AST] = []
+    parents: Dict[ast.AST, ast.AST] = {}
+    stack = [tree]
+    node_type = ast.AST
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        for name in node._fields:  # ast.iter_child_nodes, without its generator overhead
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, node_type):
+                        parents[item] = node
+                        stack.append(item)
+            elif isinstance(value, node_type):
+                parents[value] = node
+                stack.append(value)
+    return nodes, parents
+
+
+def str_const(node: Optional[ast.AST]) -> Optional[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    index = getattr(ast, "Index", None)  # Python 3.8 wraps subscripts in ast.Index
+    if index is not None and isinstance(node, index):
+        return str_const(node.value)  # type: ignore[attr-defined]
+    return None
+
+
+def is_false(node: Optional[ast.AST]) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+# ----------------------------------------------------------------------------
+# Finding sites
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class FoundSite:
+    """A site with its node and, when pending, the edits that patch it."""
+
+    kind: str
+    state: str
+    node: ast.AST
+    edits: List[Edit] = field(default_factory=list)
+
+
+@dataclass
+class ScanContext:
+    """Per-file state the finders share."""
+
+    rel: str
+    src: SourceText
+    by_type: Dict[type, List[ast.AST]]
+    aliases: Dict[str, str]
+    parents: Dict[ast.AST, ast.AST]
+    attn: Optional[str]  # attention to write; None: only look (native)
+    previous_attn: Optional[str]  # attention of an earlier patch, from the tree's marker
+
+
+def call_argument(call: ast.Call, name: str, signature: Sequence[str]) -> Optional[ast.AST]:
+    """The expression passed for parameter ``name``, by keyword or position."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    index = signature.index(name)
+    positional = call.args
+    if any(isinstance(a, ast.Starred) for a in positional[: index + 1]):
+        return None
+    return positional[index] if index < len(positional) else None
+
+
+def autocast_edits(ctx: ScanContext, call: ast.Call, dtype: ast.AST, enabled: Optional[ast.AST]) -> List[Edit]:
+    """dtype torch.bfloat16 -> torch.float32 (same module alias), enabled -> False."""
+    edits: List[Edit] = []
+    if isinstance(dtype, ast.Attribute) and dotted_name(dtype.value, ctx.aliases) == "torch":
+        start, end = ctx.src.span(dtype)
+        edits.append(Edit(start, end, ctx.src.segment(dtype.value) + ".float32"))
+    if enabled is not None:
+        start, end = ctx.src.span(enabled)
+        edits.append(Edit(start, end, "False"))
+    else:
+        last = max(list(call.args) + [kw.value for kw in call.keywords], key=lambda n: ctx.src.span(n)[1])
+        end = ctx.src.span(last)[1]
+        edits.append(Edit(end, end, ", enabled=False"))
+    return edits
+
+
+def find_autocasts(ctx: ScanContext) -> List[FoundSite]:
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Call, []):
+        assert isinstance(node, ast.Call)
+        signature = AUTOCAST_SIGNATURES.get(dotted_name(node.func, ctx.aliases) or "")
+        if signature is None:
+            continue
+        dtype = call_argument(node, "dtype", signature)
+        enabled = call_argument(node, "enabled", signature)
+        dtype_name = dotted_name(dtype, ctx.aliases) if dtype is not None else None
+        if dtype_name == "torch.bfloat16" and dtype is not None:
+            if is_false(enabled):
+                found.append(FoundSite(KIND_AUTOCAST, PATCHED, node))
+            elif ctx.attn is None:
+                found.append(FoundSite(KIND_AUTOCAST, KEPT, node))
+            else:
+                found.append(FoundSite(KIND_AUTOCAST, PENDING, node, autocast_edits(ctx, node, dtype, enabled)))
+        elif dtype_name == "torch.float32" and is_false(enabled):
+            found.append(FoundSite(KIND_AUTOCAST, PATCHED, node))  # our rewrite; fp32 autocast is otherwise pointless
+    return found
+
+
+def _default_owner(args: ast.arguments, node: ast.AST) -> Optional[str]:
+    positional = list(getattr(args, "posonlyargs", [])) + list(args.args)
+    defaults = list(args.defaults)
+    for arg, default in zip(positional[len(positional) - len(defaults) :], defaults):
+        if default is node:
+            return arg.arg
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if default is node:
+            return arg.arg
+    return None
+
+
+def _target_name(target: ast.AST) -> Optional[str]:
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    if isinstance(target, ast.Subscript):
+        return str_const(target.slice)
+    return None
+
+
+def in_attn_position(node: ast.Constant, parent: Optional[ast.AST]) -> bool:
+    """Is this string the value given for attn_implementation?"""
+    if isinstance(parent, ast.keyword):
+        return parent.arg in ATTN_NAMES
+    if isinstance(parent, ast.Dict):
+        return any(v is node and str_const(k) in ATTN_NAMES for k, v in zip(parent.keys, parent.values))
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        return any(_target_name(t) in ATTN_NAMES for t in targets)
+    if isinstance(parent, ast.Call):
+        args = parent.args
+        if isinstance(parent.func, ast.Attribute) and parent.func.attr in ("get", "setdefault", "pop"):
+            return len(args) >= 2 and args[1] is node and str_const(args[0]) in ATTN_NAMES
+        if isinstance(parent.func, ast.Name) and parent.func.id == "setattr":
+            return len(args) == 3 and args[2] is node and str_const(args[1]) in ATTN_NAMES
+        return False
+    if isinstance(parent, ast.arguments):
+        return _default_owner(parent, node) in ATTN_NAMES
+    return False
+
+
+def literal_like(segment: str, value: str) -> str:
+    """``value`` as a literal in the quote style of ``segment`` ("x" or 'x', optional u prefix)."""
+    match = re.match(r"^([uU]?)(['\"])[A-Za-z0-9_]*\2$", segment)
+    if match:
+        return match.group(1) + match.group(2) + value + match.group(2)
+    return json.dumps(value)
+
+
+def find_attn_literals(ctx: ScanContext) -> List[FoundSite]:
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Constant, []):
+        value = str_const(node)
+        if value is None or not in_attn_position(node, ctx.parents.get(node)):  # type: ignore[arg-type]
+            continue
+        start, end = ctx.src.span(node)
+        if value == FA2:
+            if ctx.attn is None:
+                found.append(FoundSite(KIND_ATTN, KEPT, node))
+            else:
+                found.append(
+                    FoundSite(
+                        KIND_ATTN, PENDING, node, [Edit(start, end, literal_like(ctx.src.segment(node), ctx.attn))]
+                    )
+                )
+        elif ctx.previous_attn is not None and value == ctx.previous_attn:
+            if ctx.attn is None or value == ctx.attn:
+                found.append(FoundSite(KIND_ATTN, PATCHED, node))
+            else:  # patched earlier with the other attention: retarget
+                found.append(
+                    FoundSite(
+                        KIND_ATTN, PENDING, node, [Edit(start, end, literal_like(ctx.src.segment(node), ctx.attn))]
+                    )
+                )
+    return found
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError", "Exception") for n in names)
+
+
+def _has_compat_fallback(node: ast.ImportFrom, parent: Optional[ast.AST]) -> bool:
+    if not isinstance(parent, ast.Try) or node not in parent.body:
+        return False
+    for handler in parent.handlers:
+        if handler.type is not None and not _catches_import_error(handler):
+            continue
+        for stmt in handler.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module == COMPAT_MODULE:
+                return True
+    return False
+
+
+def bert_import_edit(ctx: ScanContext, node: ast.ImportFrom) -> Edit:
+    """Wrap the import (whole lines) in try/except ImportError with the compat fallback."""
+    src = ctx.src
+    start, end = src.span(node)
+    last_line = node.end_lineno or node.lineno
+    line_start, last_line_start = src.line_starts[node.lineno - 1], src.line_starts[last_line - 1]
+    indent = src.line_text(node.lineno)[: start - line_start]
+    trailing = src.line_text(last_line)[end - last_line_start :]
+    if indent.strip() or (trailing.strip() and not trailing.strip().startswith("#")):
+        raise RewriteError(
+            "%s:%d: 'from %s import ...' shares its line with other code; "
+            "put it on its own line(s) or add this form to verl_patch" % (ctx.rel, node.lineno, BERT_MODULE)
+        )
+    unit = "\t" if "\t" in indent else "    "
+    body = _NEWLINE.sub(lambda m: m.group(0) + unit, src.text[start:end])
+    first_newline = _NEWLINE.search(src.text)
+    newline = first_newline.group(0) if first_newline else "\n"
+    names = ", ".join(a.name + (" as " + a.asname if a.asname else "") for a in node.names)
+    lines = [
+        indent + "try:  " + MARKER + " flash-attn's helpers where it imports, pure torch otherwise",
+        indent + unit + body + trailing,
+        indent + "except ImportError:",
+        indent + unit + "from " + COMPAT_MODULE + " import " + names,
+    ]
+    return Edit(line_start, last_line_start + len(src.line_text(last_line)), newline.join(lines))
+
+
+def _other_bert_import(node: ast.AST) -> bool:
+    """``import flash_attn.bert_padding`` or ``from flash_attn import bert_padding``."""
+    if isinstance(node, ast.Import):
+        return any(a.name == BERT_MODULE or a.name.startswith(BERT_MODULE + ".") for a in node.names)
+    if isinstance(node, ast.ImportFrom) and node.module == "flash_attn" and not node.level:
+        return any(a.name == "bert_padding" for a in node.names)
+    return False
+
+
+def find_bert_imports(ctx: ScanContext) -> List[FoundSite]:
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Import, []) + ctx.by_type.get(ast.ImportFrom, []):
+        if ctx.attn is not None and _other_bert_import(node):
+            raise RewriteError(
+                "%s:%d: this import of %s is a form verl_patch does not rewrite; add it to verl_patch"
+                % (ctx.rel, node.lineno, BERT_MODULE)  # type: ignore[attr-defined]
+            )
+        if not (isinstance(node, ast.ImportFrom) and node.module == BERT_MODULE and not node.level):
+            continue
+        if _has_compat_fallback(node, ctx.parents.get(node)):
+            found.append(FoundSite(KIND_BERT, PATCHED, node))
+        elif ctx.attn is None:
+            found.append(FoundSite(KIND_BERT, KEPT, node))
+        else:
+            found.append(FoundSite(KIND_BERT, PENDING, node, [bert_import_edit(ctx, node)]))
+    return found
+
+
+FINDERS = (find_autocasts, find_attn_literals, find_bert_imports)
+
+
+def src_line(node: ast.AST) -> int:
+    return int(getattr(node, "lineno", 0))
+
+
+def parse(text: str, rel: str) -> ast.AST:
+    try:
+        return ast.parse(text, filename=rel)
+    except SyntaxError as exc:
+        raise RewriteError(
+            "%s: Python %d.%d cannot parse it (%s, line %s); run the patcher with the Python verl runs on"
+            % (rel, sys.version_info[0], sys.version_info[1], exc.msg, exc.lineno)
+        )
+
+
+def scan_text(text: str, rel: str, attn: Optional[str], previous_attn: Optional[str]) -> List[FoundSite]:
+    """All sites of one file's text, in source order."""
+    nodes, parents = walk_with_parents(parse(text, rel))
+    by_type: Dict[type, List[ast.AST]] = {}
+    for node in nodes:
+        by_type.setdefault(type(node), []).append(node)
+    imports = by_type.get(ast.Import, []) + by_type.get(ast.ImportFrom, [])
+    ctx = ScanContext(rel, SourceText(text), by_type, import_aliases(imports), parents, attn, previous_attn)
+    found = [site for finder in FINDERS for site in finder(ctx)]
+    found.sort(key=lambda s: (s.node.lineno, s.node.col_offset))  # type: ignore[attr-defined]
+    return found
+
+
+def to_site(rel: str, src: SourceText, found: FoundSite) -> Site:
+    start, end = src.span(found.node)
+    if found.kind == KIND_BERT and found.edits:  # the rewrite covers whole lines
+        start = min(start, found.edits[0].start)
+        end = max(end, found.edits[0].end)
+    growth = sum(len(e.text) - (e.end - e.start) for e in found.edits)
+    after = apply_edits(src.text, found.edits)[start : end + growth]
+    node_start, node_end = src.span(found.node)
+    line, col = src.position(node_start)
+    end_line, end_col = src.position(node_end)
+    return Site(rel, line, col, end_line, end_col, found.kind, found.state, src.text[start:end], after)
+
+
+# ----------------------------------------------------------------------------
+# The tree
+# ----------------------------------------------------------------------------
+
+
+def find_package_dir(source: str) -> Tuple[str, str]:
+    """(root that holds verl/, verl package dir) for an sdist root, a site-packages dir or verl/ itself."""
+    source = os.path.abspath(source)
+    if not os.path.isdir(source):
+        raise BadSourceError("%s: no such directory" % source)
+    if os.path.isfile(os.path.join(source, PACKAGE, "__init__.py")):
+        return source, os.path.join(source, PACKAGE)
+    if os.path.basename(source) == PACKAGE and os.path.isfile(os.path.join(source, "__init__.py")):
+        return os.path.dirname(source), source
+    raise BadSourceError("%s: holds no verl package (expected %s/__init__.py)" % (source, PACKAGE))
+
+
+def read_verl_version(package_dir: str) -> str:
+    """From verl/version/version (verl 0.3 to 0.5 keep it there), else a literal __version__ in verl/__init__.py."""
+    version_file = os.path.join(package_dir, "version", "version")
+    if os.path.isfile(version_file):
+        with open(version_file, encoding="utf-8") as handle:
+            version = handle.read().strip()
+        if version:
+            return version
+    with open(os.path.join(package_dir, "__init__.py"), encoding="utf-8") as handle:
+        match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", handle.read(), re.M)
+    if match:
+        return match.group(1)
+    raise BadSourceError("%s: cannot tell the verl version (no version/version file, no __version__)" % package_dir)
+
+
+def python_files(root: str, package_dir: str) -> List[str]:
+    """Relative paths (posix) of the package's .py files that may hold sites, sorted."""
+    found: List[str] = []
+    for dirpath, dirnames, filenames in os.walk(package_dir):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", COMPAT_DIR))
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.endswith(".py") and not os.path.islink(path):
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                if rel not in NEVER_TOUCH:
+                    found.append(rel)
+    return found
+
+
+def read_text(path: str) -> str:
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8")
+
+
+def previous_patch(package_dir: str) -> Optional[Dict[str, str]]:
+    """{'profile', 'attn'} from the marker of an earlier patch, None for a pristine tree."""
+    path = os.path.join(package_dir, COMPAT_DIR, "__init__.py")
+    if not os.path.isfile(path):
+        return None
+    values: Dict[str, str] = {}
+    for node in ast.parse(read_text(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = str_const(node.value)
+            if value is not None:
+                values[node.targets[0].id.lower()] = value
+    if values.get("profile") not in FP32_PROFILES or values.get("attn") not in ATTN_CHOICES:
+        raise VerlPatchError("%s: unreadable patch marker; reinstall verl from its sdist" % path)
+    return values
+
+
+def compat_init(profile: str, attn: str) -> str:
+    return (
+        '"""Written by verl-pascal\'s verl_patch engine: this verl tree is patched; do not edit."""\n'
+        "\n"
+        "PROFILE = %s\n"
+        "ATTN = %s\n" % (json.dumps(profile), json.dumps(attn))
+    )
+
+
+def compat_source(name: str) -> str:
+    """A file of the verl_pascal_compat package, found beside this module (a checkout or AnsiballZ)."""
+    package = (__package__ + "." if __package__ else "") + "verl_pascal_compat"
+    data: Optional[bytes] = None
+    try:
+        data = pkgutil.get_data(package, name)
+    except (ImportError, OSError):
+        data = None
+    if data is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verl_pascal_compat", name)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise VerlPatchError("cannot read the compat module %s: %s" % (name, exc))
+    return data.decode("utf-8")
+
+
+def compat_files(package_dir: str, profile: str, attn: str) -> Dict[str, str]:
+    files = {os.path.join(package_dir, COMPAT_DIR, "__init__.py"): compat_init(profile, attn)}
+    for name in COMPAT_SOURCE_FILES:
+        files[os.path.join(package_dir, COMPAT_DIR, name)] = compat_source(name)
+    return files
+
+
+def counts_by_file(sites: Iterable[Site]) -> Dict[str, Dict[str, int]]:
+    table: Dict[str, Dict[str, int]] = {}
+    for site in sites:
+        kinds = table.setdefault(site.file, {})
+        kinds[site.kind] = kinds.get(site.kind, 0) + 1
+    return table
+
+
+def check_required(version: str, sites: Sequence[Site]) -> None:
+    """Raise UpstreamChangedError if a site the table requires was not found."""
+    have = counts_by_file(s for s in sites if s.state in (PENDING, PATCHED, KEPT))
+    missing = [
+        "%s: %s expected >= %d, found %d" % (rel, kind, need, have.get(rel, {}).get(kind, 0))
+        for rel, kinds in sorted(SUPPORTED_VERSIONS[version].items())
+        for kind, need in sorted(kinds.items())
+        if have.get(rel, {}).get(kind, 0) < need
+    ]
+    if missing:
+        raise UpstreamChangedError(
+            "verl %s: sites the table expects were not found, so upstream moved or changed "
+            "something (or the tree was edited by hand); nothing was written. Missing:\n  %s"
+            % (version, "\n  ".join(missing))
+        )
+
+
+def unsupported_message(version: str) -> str:
+    return (
+        "verl %s is not supported by verl_patch %s; supported: %s. To add it: unpack its sdist "
+        "(pip download --no-deps --no-binary :all: verl==%s), run bin/verl-patch --source DIR "
+        "--profile pascal --check --json --allow-unsupported, review every site it lists, and paste its "
+        "table_entry into SUPPORTED_VERSIONS in module_utils/verl_patch.py"
+        % (version, ENGINE_VERSION, ", ".join(sorted(SUPPORTED_VERSIONS)), version)
+    )
+
+
+def verify_rewrite(rel: str, after: str, attn: str) -> None:
+    """The rewritten text compiles and holds no pending site."""
+    try:
+        compile(after, rel, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise RewriteError(
+            "%s: the rewrite does not compile (%s, line %s); nothing was written" % (rel, exc.msg, exc.lineno)
+        )
+    left = [s for s in scan_text(after, rel, attn, attn) if s.state == PENDING]
+    if left:
+        line = src_line(left[0].node)
+        raise RewriteError("%s:%d: the rewrite left a %s site; nothing was written" % (rel, line, left[0].kind))
+
+
+def plan_file(
+    root: str, rel: str, attn: Optional[str], previous_attn: Optional[str]
+) -> Tuple[List[Site], Optional[FileChange]]:
+    path = os.path.join(root, rel)
+    text = read_text(path)
+    if not any(t in text for t in TRIGGERS):
+        return [], None
+    bom = text.startswith("\ufeff")
+    body = text[1:] if bom else text
+    found = scan_text(body, rel, attn, previous_attn)
+    src = SourceText(body)
+    sites = [to_site(rel, src, f) for f in found]
+    if attn is None or not any(f.state == PENDING for f in found):
+        return sites, None
+    after = apply_edits(body, [e for f in found for e in f.edits])
+    verify_rewrite(rel, after, attn)  # also catches a pending site whose rewrite did nothing
+    return sites, FileChange(path, rel, text, ("\ufeff" if bom else "") + after, "source")
+
+
+def manifest_text(plan: Plan, old: Optional[Dict[str, object]]) -> str:
+    """The manifest after this run: earlier changed sites (same release) plus this run's."""
+    entries: List[Dict[str, object]] = []
+    if old and old.get("verl_version") == plan.verl_version and isinstance(old.get("sites"), list):
+        entries = [e for e in old["sites"] if isinstance(e, dict)]  # type: ignore[union-attr]
+    for site in plan.pending:
+        entries.append(
+            {"file": site.file, "line": site.line, "kind": site.kind, "before": site.before, "after": site.after}
+        )
+    data = {
+        "engine": "verl-pascal verl_patch",
+        "engine_version": ENGINE_VERSION,
+        "verl_version": plan.verl_version,
+        "profile": plan.profile,
+        "attn": plan.attn,
+        "compat_module": COMPAT_MODULE,
+        "sites": entries,
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def read_manifest(path: str) -> Optional[Dict[str, object]]:
+    try:
+        data = json.loads(read_text(path))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def make_plan(source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False) -> Plan:
+    """Find every site and compute every file change; writes nothing."""
+    if profile not in PROFILES:
+        raise VerlPatchError("unknown profile %r; choose one of %s" % (profile, ", ".join(PROFILES)))
+    if attn not in ATTN_CHOICES:
+        raise VerlPatchError("unknown attention %r; choose one of %s" % (attn, ", ".join(ATTN_CHOICES)))
+    root, package_dir = find_package_dir(source)
+    version = read_verl_version(package_dir)
+    previous = previous_patch(package_dir)
+    patching = profile in FP32_PROFILES
+    if not patching and previous is not None:
+        raise VerlPatchError(
+            "%s is patched (profile %s); the native profile needs verl as released: reinstall it from its sdist"
+            % (package_dir, previous["profile"])
+        )
+    supported = version in SUPPORTED_VERSIONS
+    plan = Plan(root, package_dir, version, profile, attn, supported)
+    if patching and not supported:
+        if not allow_unsupported:
+            raise UnsupportedVersionError(unsupported_message(version))
+        plan.warnings.append(unsupported_message(version))
+    previous_attn = previous["attn"] if previous else None
+    for rel in python_files(root, package_dir):
+        sites, change = plan_file(root, rel, attn if patching else None, previous_attn)
+        plan.sites.extend(sites)
+        if change is not None:
+            plan.changes.append(change)
+    if patching and supported:
+        check_required(version, plan.sites)
+    if patching:
+        for path, text in sorted(compat_files(package_dir, profile, attn).items()):
+            before = read_text(path) if os.path.isfile(path) else None
+            if before != text:
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                plan.changes.append(FileChange(path, rel, before, text, KIND_COMPAT))
+        if plan.changes:
+            old_text = read_text(plan.manifest_path) if os.path.isfile(plan.manifest_path) else None
+            new_text = manifest_text(plan, read_manifest(plan.manifest_path))
+            if new_text != old_text:
+                rel = os.path.relpath(plan.manifest_path, root).replace(os.sep, "/")
+                plan.changes.append(FileChange(plan.manifest_path, rel, old_text, new_text, "manifest"))
+    for change in plan.changes:
+        if change.rel in NEVER_TOUCH:  # defence in depth: python_files already skips it
+            raise RewriteError("%s must never be rewritten" % change.rel)
+    return plan
+
+
+def _stage(change: FileChange) -> str:
+    """Write the new content beside the target; return the temporary path."""
+    directory = os.path.dirname(change.path)
+    os.makedirs(directory, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".verl_patch.", dir=directory)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(change.after.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+        mode = os.stat(change.path).st_mode & 0o7777 if os.path.exists(change.path) else 0o644
+        os.chmod(tmp, mode)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def apply_plan(plan: Plan) -> None:
+    """Stage every file, then move them all into place (sources, compat module, manifest last)."""
+    staged: List[Tuple[str, str]] = []
+    try:
+        for change in plan.changes:
+            staged.append((_stage(change), change.path))
+    except BaseException:
+        for tmp, _ in staged:
+            os.unlink(tmp)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+
+
+def patch_tree(
+    source: str, profile: str = "pascal", attn: str = "sdpa", check: bool = False, allow_unsupported: bool = False
+) -> Plan:
+    """Plan and, unless ``check``, apply. The returned plan says what changed (or would change)."""
+    plan = make_plan(source, profile, attn, allow_unsupported)
+    if not check and plan.changes:
+        apply_plan(plan)
+    return plan

@@ -1,0 +1,1 @@
+"""A synthetic verl package: odd but valid forms of the sites verl_patch rewrites."""

@@ -1,0 +1,9 @@
+"""Imports the helpers the way verl's dp_actor.py does."""
+
+is_cuda_available = True
+is_npu_available = False
+
+if is_cuda_available:
+    from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input
+elif is_npu_available:
+    from transformers.integrations.npu_flash_attention import index_first_axis, pad_input, rearrange, unpad_input

@@ -1,0 +1,623 @@
+"""Tests for module_utils/verl_patch.py, bin/verl-patch and library/verl_patch.py.
+
+Two kinds of input:
+
+* the real verl sdists from PyPI, downloaded once per machine into
+  ``$VERL_PASCAL_SDIST_CACHE`` (default ``~/.cache/verl-pascal/sdists``) by a
+  session fixture; the tests skip, saying why, when PyPI cannot be reached;
+* a synthetic tree (tests/data/verl_patch/synthetic) with every site written
+  in odd but valid ways, to show that sites are found by syntax, not by text.
+
+The expected counts below were read off the sdists by hand (grep for
+``autocast(``, ``flash_attention_2`` and ``flash_attn.bert_padding``), not
+taken from the engine's table, so a scanner that misses a site fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from module_utils import verl_patch
+from module_utils.verl_patch import (
+    KIND_ATTN,
+    KIND_AUTOCAST,
+    KIND_BERT,
+    PATCHED,
+    PENDING,
+    RewriteError,
+    UnsupportedVersionError,
+    UpstreamChangedError,
+    VerlPatchError,
+    make_plan,
+    patch_tree,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CLI = REPO_ROOT / "bin" / "verl-patch"
+DATA = Path(__file__).resolve().parent / "data" / "verl_patch"
+SYNTHETIC = DATA / "synthetic"
+EXPECTED = DATA / "expected"
+
+# Per release: sites of each kind that the patcher must find, and a few of
+# them by file and line (0.5.0 lines are the ones DESIGN.md section 3 cites).
+REAL_COUNTS: Dict[str, Dict[str, int]] = {
+    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
+    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
+    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13},
+    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12},
+}
+REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
+    "0.5.0": [
+        ("verl/workers/actor/dp_actor.py", 100, KIND_AUTOCAST),
+        ("verl/workers/critic/dp_critic.py", 66, KIND_AUTOCAST),
+        ("verl/workers/rollout/hf_rollout.py", 109, KIND_AUTOCAST),
+        ("verl/workers/fsdp_workers.py", 1443, KIND_AUTOCAST),
+        ("verl/workers/engine/fsdp/engine_impl.py", 412, KIND_AUTOCAST),
+        ("verl/trainer/fsdp_sft_trainer.py", 362, KIND_AUTOCAST),
+        ("verl/workers/fsdp_workers.py", 254, KIND_ATTN),
+        ("verl/workers/fsdp_workers.py", 1017, KIND_ATTN),
+        ("verl/utils/model.py", 631, KIND_ATTN),
+        ("verl/utils/model.py", 653, KIND_ATTN),
+        ("verl/workers/actor/dp_actor.py", 40, KIND_BERT),
+        ("verl/workers/critic/dp_critic.py", 38, KIND_BERT),
+    ],
+    "0.4.1": [
+        ("verl/workers/actor/dp_actor.py", 100, KIND_AUTOCAST),
+        ("verl/workers/critic/dp_critic.py", 65, KIND_AUTOCAST),
+        ("verl/workers/fsdp_workers.py", 221, KIND_ATTN),
+        ("verl/workers/fsdp_workers.py", 910, KIND_ATTN),
+        ("verl/workers/actor/dp_actor.py", 42, KIND_BERT),
+    ],
+    "0.4.0": [("verl/workers/critic/dp_critic.py", 24, KIND_BERT), ("verl/workers/critic/dp_critic.py", 44, KIND_BERT)],
+    "0.3.0.post1": [("verl/workers/actor/dp_actor.py", 74, KIND_AUTOCAST)],
+}
+REQUIRED_VERSIONS = ("0.4.1", "0.5.0")  # the project's releases; the others are cheap extras
+ALL_VERSIONS = ("0.3.0.post1", "0.4.0", "0.4.1", "0.5.0")
+
+
+# --------------------------------------------------------------------------
+# Fixtures: sdists from PyPI (once), trees to patch (per test)
+# --------------------------------------------------------------------------
+
+
+def _cache_dir() -> Path:
+    default = Path.home() / ".cache" / "verl-pascal" / "sdists"
+    return Path(os.environ.get("VERL_PASCAL_SDIST_CACHE", str(default))).expanduser()
+
+
+@pytest.fixture(scope="session")
+def sdist() -> Callable[[str], Path]:
+    """Path of verl==version's sdist, downloaded with pip into the cache the first time."""
+    cache = _cache_dir()
+    failures: Dict[str, str] = {}
+
+    def get(version: str) -> Path:
+        target = cache / ("verl-%s.tar.gz" % version)
+        if target.is_file():
+            return target
+        if version in failures:
+            pytest.skip(failures[version])
+        cache.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        cmd += ["verl==%s" % version, "-d", str(cache)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            detail = [str(exc)]
+        if not target.is_file():
+            failures[version] = "cannot download the verl %s sdist from PyPI (%s): %s" % (
+                version,
+                " ".join(cmd),
+                " | ".join(detail),
+            )
+            pytest.skip(failures[version])
+        return target
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def extracted(sdist: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Pristine unpacked sdist root per version (shared: tests copy it, never patch it)."""
+    done: Dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in done:
+            dest = tmp_path_factory.mktemp("verl-sdist-%s" % version)
+            with tarfile.open(str(sdist(version))) as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(str(dest), filter="data")
+                else:  # pragma: no cover - Pythons without PEP 706
+                    tar.extractall(str(dest))
+            done[version] = dest / ("verl-%s" % version)
+            assert (done[version] / "verl" / "version" / "version").is_file()
+        return done[version]
+
+    return get
+
+
+@pytest.fixture
+def real_tree(request: pytest.FixtureRequest, extracted: Callable[[str], Path], tmp_path: Path) -> Path:
+    """A private copy of the unpacked sdist of the version the test is parametrized with."""
+    version = request.param
+    dest = tmp_path / ("verl-%s" % version)
+    shutil.copytree(str(extracted(version)), str(dest))
+    return dest
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> Path:
+    dest = tmp_path / "synthetic"
+    shutil.copytree(str(SYNTHETIC), str(dest))
+    return dest
+
+
+def snapshot(root: Path) -> Dict[str, Tuple[int, bytes]]:
+    """(mtime_ns, bytes) of every file under root."""
+    files: Dict[str, Tuple[int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            files[str(path.relative_to(root))] = (path.stat().st_mtime_ns, path.read_bytes())
+    return files
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CLI)] + list(args), capture_output=True, text=True, timeout=300)
+
+
+def by_kind(sites: List[verl_patch.Site], state: Optional[str] = None) -> Dict[str, int]:
+    counts = {KIND_AUTOCAST: 0, KIND_ATTN: 0, KIND_BERT: 0}
+    for site in sites:
+        if state is None or site.state == state:
+            counts[site.kind] += 1
+    return counts
+
+
+def py_files(package: Path) -> Iterator[Path]:
+    return (p for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts)
+
+
+real_versions = pytest.mark.parametrize("real_tree", ALL_VERSIONS, indirect=True)
+
+
+# --------------------------------------------------------------------------
+# The real sdists
+# --------------------------------------------------------------------------
+
+
+@real_versions
+def test_real_sdist_every_expected_site_is_found_and_patched(real_tree: Path) -> None:
+    version = real_tree.name[len("verl-") :]
+    pristine = snapshot(real_tree)
+    plan = make_plan(str(real_tree), "pascal", "sdpa")
+    assert plan.verl_version == version and plan.supported
+    assert by_kind(plan.sites, PENDING) == REAL_COUNTS[version]
+    assert all(site.state == PENDING for site in plan.sites)
+    found = {(s.file, s.line, s.kind) for s in plan.sites}
+    for expected in REAL_LINES[version]:
+        assert expected in found, "%s:%d %s not found" % expected
+
+    patch_tree(str(real_tree), "pascal", "sdpa")
+
+    after = snapshot(real_tree)
+    torch_dtypes = "verl/utils/torch_dtypes.py"
+    assert after[torch_dtypes][1] == pristine[torch_dtypes][1]
+    outside = [f for f in pristine if not f.startswith("verl/")]
+    assert outside and all(after[f] == pristine[f] for f in outside), "a file outside verl/ changed"
+    with warnings.catch_warnings():  # verl's own invalid escape sequences
+        warnings.simplefilter("ignore")
+        for path in py_files(real_tree / "verl"):
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    replan = make_plan(str(real_tree), "pascal", "sdpa")
+    assert not replan.changes
+    assert by_kind(replan.sites, PATCHED) == REAL_COUNTS[version]
+    manifest = json.loads((real_tree / "verl" / ".verl_pascal_patch.json").read_text())
+    assert manifest["verl_version"] == version and manifest["profile"] == "pascal" and manifest["attn"] == "sdpa"
+    assert len(manifest["sites"]) == sum(REAL_COUNTS[version].values())
+    assert {s["kind"] for s in manifest["sites"]} == {KIND_AUTOCAST, KIND_ATTN, KIND_BERT}
+    assert all({"file", "line", "kind", "before", "after"} <= set(s) for s in manifest["sites"])
+
+
+def _calls_text(text: str) -> List[str]:
+    """Source of every call whose callee's name ends in 'autocast' (plain text regex, not the engine)."""
+    return re.findall(r"autocast\((?:[^()]|\([^()]*\))*\)", text)
+
+
+@real_versions
+def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path) -> None:
+    """Independent of the engine's scanner: grep-level checks on the patched package."""
+    patch_tree(str(real_tree), "pascal", "eager")
+    for path in py_files(real_tree / "verl"):
+        rel = path.relative_to(real_tree).as_posix()
+        if rel == "verl/utils/torch_dtypes.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "flash_attention_2" not in text, rel  # every occurrence in these releases is a site
+        for call in _calls_text(text):
+            assert "bfloat16" not in call or "enabled=False" in call, (rel, call)
+        lines = text.splitlines()
+        for number, line in enumerate(lines):
+            if re.match(r"\s*from flash_attn\.bert_padding import", line):
+                previous = lines[number - 1].strip()
+                assert previous.startswith("try:"), "%s:%d: bare flash-attn import" % (rel, number + 1)
+    assert re.search(r"attn_implementation=([\'\"])eager\1", (real_tree / "verl/workers/fsdp_workers.py").read_text())
+
+
+@real_versions
+def test_real_sdist_compat_module_exports_every_imported_name(real_tree: Path) -> None:
+    plan = make_plan(str(real_tree), "pascal", "sdpa")
+    compat = ast.parse((REPO_ROOT / "module_utils/verl_pascal_compat/bert_padding.py").read_text())
+    exported = next(
+        ast.literal_eval(node.value)
+        for node in compat.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
+    )
+    for site in plan.sites:
+        if site.kind == KIND_BERT:
+            statement = ast.parse(site.before.strip()).body[0]
+            assert isinstance(statement, ast.ImportFrom)
+            assert {a.name for a in statement.names} <= set(exported), site.describe()
+
+
+@pytest.mark.parametrize("real_tree", REQUIRED_VERSIONS, indirect=True)
+def test_real_sdist_second_run_is_a_no_op(real_tree: Path) -> None:
+    first = run_cli("--source", str(real_tree), "--profile", "pascal")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(real_tree)
+    second = run_cli("--source", str(real_tree), "--profile", "pascal")
+    assert second.returncode == 0, second.stderr
+    assert "already fully patched" in second.stdout
+    assert snapshot(real_tree) == before
+
+
+@pytest.mark.parametrize("real_tree", REQUIRED_VERSIONS, indirect=True)
+def test_real_sdist_check_exit_codes(real_tree: Path) -> None:
+    version = real_tree.name[len("verl-") :]
+    pristine = snapshot(real_tree)
+    check = run_cli("--source", str(real_tree), "--profile", "pascal", "--check")
+    assert check.returncode == 1, check.stderr
+    for rel, line, kind in REAL_LINES[version]:
+        assert "%s:%d:" % (rel, line) in check.stdout and kind in check.stdout
+    assert check.stdout.count("(pending)") == sum(REAL_COUNTS[version].values())
+    assert snapshot(real_tree) == pristine, "--check wrote something"
+
+    assert run_cli("--source", str(real_tree), "--profile", "pascal").returncode == 0
+    clean = run_cli("--source", str(real_tree), "--profile", "pascal", "--check")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    other_attn = run_cli("--source", str(real_tree), "--profile", "pascal", "--attn", "eager", "--check")
+    assert other_attn.returncode == 1 and "attn_implementation" in other_attn.stdout
+
+
+@pytest.mark.parametrize("real_tree", REQUIRED_VERSIONS, indirect=True)
+def test_real_sdist_json_output(real_tree: Path) -> None:
+    version = real_tree.name[len("verl-") :]
+    proc = run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert data["verl_version"] == version and data["supported"] is True and data["check"] is True
+    assert data["pending"] == sum(REAL_COUNTS[version].values())
+    assert data["counts"] == REAL_COUNTS[version]
+    assert data["table_entry"] == verl_patch.SUPPORTED_VERSIONS[version]
+    assert {"file", "line", "col", "kind", "state", "before", "after"} <= set(data["sites"][0])
+    applied = json.loads(run_cli("--source", str(real_tree), "--profile", "pascal", "--json").stdout)
+    assert applied["changed"] is True and applied["check"] is False
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_real_sdist_unsupported_version_is_refused(real_tree: Path) -> None:
+    (real_tree / "verl" / "version" / "version").write_text("9.9.9\n")
+    before = snapshot(real_tree)
+    proc = run_cli("--source", str(real_tree), "--profile", "pascal")
+    assert proc.returncode == 2
+    assert "9.9.9" in proc.stderr and "0.4.1" in proc.stderr and "0.5.0" in proc.stderr
+    assert "SUPPORTED_VERSIONS" in proc.stderr
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check").returncode == 2
+    assert snapshot(real_tree) == before
+    # A maintainer adding the release: never exits 0 while a site is left.
+    probe = run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--json", "--allow-unsupported")
+    assert probe.returncode == 1
+    assert json.loads(probe.stdout)["table_entry"] == verl_patch.SUPPORTED_VERSIONS["0.5.0"]
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--allow-unsupported").returncode == 0
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--allow-unsupported").returncode == 0
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_real_sdist_site_moved_upstream_fails_and_writes_nothing(real_tree: Path) -> None:
+    actor = real_tree / "verl/workers/actor/dp_actor.py"
+    text = actor.read_text()
+    assert text.count("dtype=torch.bfloat16") == 1
+    actor.write_text(text.replace("dtype=torch.bfloat16", "dtype=self.param_dtype"))
+    before = snapshot(real_tree)
+    with pytest.raises(UpstreamChangedError, match=r"dp_actor\.py: autocast_bf16 expected >= 1, found 0"):
+        make_plan(str(real_tree), "pascal", "sdpa")
+    proc = run_cli("--source", str(real_tree), "--profile", "pascal")
+    assert proc.returncode == 2 and "upstream" in proc.stderr
+    assert snapshot(real_tree) == before
+
+
+def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
+    missing = run_cli("--source", str(tmp_path / "nope"), "--profile", "pascal")
+    assert missing.returncode == 2 and "no such directory" in missing.stderr
+    empty = run_cli("--source", str(tmp_path), "--profile", "pascal", "--check")
+    assert empty.returncode == 2 and "no verl package" in empty.stderr
+    assert run_cli("--source", str(tmp_path), "--profile", "ampere").returncode == 2  # argparse
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_real_sdist_native_profile_changes_nothing(real_tree: Path) -> None:
+    before = snapshot(real_tree)
+    proc = run_cli("--source", str(real_tree), "--profile", "native", "--check")
+    assert proc.returncode == 0 and "nothing to patch" in proc.stdout
+    assert run_cli("--source", str(real_tree), "--profile", "native").returncode == 0
+    assert snapshot(real_tree) == before
+    assert run_cli("--source", str(real_tree), "--profile", "pascal").returncode == 0
+    refused = run_cli("--source", str(real_tree), "--profile", "native", "--check")
+    assert refused.returncode == 2 and "reinstall" in refused.stderr
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
+    """--source may be verl/ itself (or a site-packages dir): an installed copy can be checked."""
+    assert run_cli("--source", str(real_tree / "verl"), "--profile", "pascal", "--check").returncode == 1
+    assert run_cli("--source", str(real_tree / "verl"), "--profile", "pascal").returncode == 0
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check").returncode == 0
+
+
+# --------------------------------------------------------------------------
+# The synthetic tree: finding by syntax, exact rewrites
+# --------------------------------------------------------------------------
+
+
+def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
+    plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1}
+    assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
+    assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py"}
+    assert plan.warnings and "not supported" in plan.warnings[0]
+
+
+def test_synthetic_rewrite_is_exact(synthetic: Path) -> None:
+    patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    for name in ("odd_forms.py", "uses_padding.py"):
+        assert (synthetic / "verl/workers" / name).read_bytes() == (EXPECTED / name).read_bytes(), name
+    for rel in ("verl/utils/torch_dtypes.py", "tests/outside_package.py", "verl/__init__.py"):
+        assert (synthetic / rel).read_bytes() == (SYNTHETIC / rel).read_bytes(), rel
+    assert (synthetic / "verl/_pascal_compat/bert_padding.py").read_bytes() == (
+        REPO_ROOT / "module_utils/verl_pascal_compat/bert_padding.py"
+    ).read_bytes()
+
+
+def test_synthetic_unsupported_without_flag(synthetic: Path) -> None:
+    with pytest.raises(UnsupportedVersionError, match="0.0.0\\+synthetic.*supported: 0.3.0.post1, 0.4.0, 0.4.1, 0.5.0"):
+        make_plan(str(synthetic), "pascal", "sdpa")
+
+
+def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
+    patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    before = snapshot(synthetic)
+    again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    assert not again.changes and snapshot(synthetic) == before
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2}
+
+    retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0}
+    odd = (synthetic / "verl/workers/odd_forms.py").read_text()
+    assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
+    marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()
+    assert 'PROFILE = "volta_turing"' in marker and 'ATTN = "eager"' in marker
+    manifest = json.loads((synthetic / "verl/.verl_pascal_patch.json").read_text())
+    assert manifest["attn"] == "eager" and manifest["profile"] == "volta_turing"
+    assert sum(1 for s in manifest["sites"] if s["after"] == '"eager"') == 6
+    assert not patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True).changes
+    with pytest.raises(VerlPatchError, match="reinstall"):
+        make_plan(str(synthetic), "native")
+
+
+def test_check_mode_plan_writes_nothing_and_diff_is_unified(synthetic: Path) -> None:
+    before = snapshot(synthetic)
+    plan = patch_tree(str(synthetic), "pascal", "sdpa", check=True, allow_unsupported=True)
+    assert plan.changed and snapshot(synthetic) == before
+    diff = plan.unified_diff()
+    assert "--- a/verl/workers/odd_forms.py" in diff and "+++ b/verl/_pascal_compat/bert_padding.py" in diff
+    assert "-        dtype=th.bfloat16,  # keep this comment" in diff
+    assert "+        dtype=th.float32, enabled=False,  # keep this comment" in diff
+    entries = plan.diffs()
+    assert {e["after_header"] for e in entries} >= {"verl/workers/odd_forms.py", "verl/.verl_pascal_patch.json"}
+    assert all(set(e) == {"before_header", "after_header", "before", "after"} for e in entries)
+
+
+def _package(tmp_path: Path, files: Dict[str, bytes]) -> Path:
+    root = tmp_path / "tree"
+    (root / "verl" / "version").mkdir(parents=True)
+    (root / "verl" / "__init__.py").write_bytes(b"")
+    (root / "verl" / "version" / "version").write_bytes(b"0.0.1\n")
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+def test_crlf_bom_and_tabs_are_kept(tmp_path: Path) -> None:
+    source = (
+        "\ufeffimport torch\r\n"
+        "if True:\r\n"
+        "\tfrom flash_attn.bert_padding import pad_input\r\n"
+        "\twith torch.autocast('cuda', dtype=torch.bfloat16):\r\n"
+        "\t\tpass\r\n"
+    ).encode("utf-8")
+    root = _package(tmp_path, {"verl/crlf.py": source})
+    patch_tree(str(root), "pascal", "sdpa", allow_unsupported=True)
+    text = (root / "verl/crlf.py").read_bytes().decode("utf-8")
+    assert text.startswith("\ufeff") and "\n" not in text.replace("\r\n", "")
+    assert "\ttry:  # verl-pascal:" in text and "\t\tfrom flash_attn.bert_padding import pad_input\r\n" in text
+    assert "\t\tfrom verl._pascal_compat.bert_padding import pad_input\r\n" in text
+    assert "torch.autocast('cuda', dtype=torch.float32, enabled=False)" in text
+    compile(text.lstrip("\ufeff"), "crlf.py", "exec")
+
+
+def test_import_sharing_a_line_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "verl/a.py": b"import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    pass\n",
+            "verl/b.py": b"if True: from flash_attn.bert_padding import pad_input\n",
+        },
+    )
+    before = snapshot(root)
+    with pytest.raises(RewriteError, match="shares its line"):
+        patch_tree(str(root), "pascal", "sdpa", allow_unsupported=True)
+    assert snapshot(root) == before
+    proc = run_cli("--source", str(root), "--profile", "pascal", "--allow-unsupported")
+    assert proc.returncode == 2 and "verl/b.py:1" in proc.stderr
+
+
+def test_rewrite_that_does_not_compile_aborts_before_writing(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(ctx: Any, call: Any, dtype: Any, enabled: Any) -> List[verl_patch.Edit]:
+        end = ctx.src.span(call)[1]
+        return [verl_patch.Edit(end, end, ")")]
+
+    monkeypatch.setattr(verl_patch, "autocast_edits", broken)
+    before = snapshot(synthetic)
+    with pytest.raises(RewriteError, match="does not compile"):
+        patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    assert snapshot(synthetic) == before
+
+
+def test_rewrite_that_leaves_a_site_aborts(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verl_patch, "autocast_edits", lambda ctx, call, dtype, enabled: [])
+    before = snapshot(synthetic)
+    with pytest.raises(RewriteError, match="left a autocast_bf16 site"):
+        patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    assert snapshot(synthetic) == before
+
+
+def test_patched_imports_fall_back_and_still_prefer_flash_attn(synthetic: Path, tmp_path: Path) -> None:
+    """Run the patched module: pure torch without flash_attn, flash-attn's module where it imports."""
+    pytest.importorskip("torch", reason="torch is not importable: cannot import the patched module")
+    probe = "import verl.workers.uses_padding as m; print(m.pad_input.__module__, m.unpad_input.__module__)"
+
+    def run(*paths: Path) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in paths))
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+
+    unpatched = run(synthetic)
+    assert unpatched.returncode != 0 and "flash_attn" in unpatched.stderr  # the failure the patch removes
+    patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
+    fallback = run(synthetic)
+    assert fallback.returncode == 0, fallback.stderr
+    assert fallback.stdout.split() == ["verl._pascal_compat.bert_padding"] * 2
+    fake = tmp_path / "fake-flash-attn"
+    (fake / "flash_attn").mkdir(parents=True)
+    (fake / "flash_attn" / "__init__.py").write_text("")
+    (fake / "flash_attn" / "bert_padding.py").write_text(
+        "def index_first_axis(*a): pass\n"
+        "def rearrange(*a): pass\n"
+        "def pad_input(*a): pass\n"
+        "def unpad_input(*a): pass\n"
+    )
+    preferred = run(fake, synthetic)
+    assert preferred.returncode == 0, preferred.stderr
+    assert preferred.stdout.split() == ["flash_attn.bert_padding"] * 2
+
+
+def test_engine_is_stdlib_only_and_python38_compatible() -> None:
+    """The engine ships to hosts with Python 3.8+: stdlib imports only, no 3.9+ syntax."""
+    source = (REPO_ROOT / "module_utils/verl_patch.py").read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    stdlib = {"__future__", "ast", "difflib", "json", "os", "pkgutil", "re", "sys", "tempfile", "dataclasses", "typing"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            assert {a.name.split(".")[0] for a in node.names} <= stdlib
+        elif isinstance(node, ast.ImportFrom):
+            assert (node.module or "").split(".")[0] in stdlib
+    ast.parse((REPO_ROOT / "bin/verl-patch").read_text(), feature_version=(3, 8))
+
+
+def test_table_lists_the_release_files() -> None:
+    for version, table in verl_patch.SUPPORTED_VERSIONS.items():
+        assert "verl/utils/torch_dtypes.py" not in table
+        for rel, kinds in table.items():
+            assert rel.startswith("verl/") and rel.endswith(".py"), (version, rel)
+            assert set(kinds) <= set(verl_patch.KINDS) and all(n >= 1 for n in kinds.values())
+        assert {k: sum(t.get(k, 0) for t in table.values()) for k in verl_patch.KINDS} == REAL_COUNTS[version]
+
+
+# --------------------------------------------------------------------------
+# The Ansible module, through `ansible`
+# --------------------------------------------------------------------------
+
+
+def _ansible() -> Optional[str]:
+    beside = Path(sys.executable).parent / "ansible"
+    if beside.is_file() and os.access(str(beside), os.X_OK):
+        return str(beside)
+    return shutil.which("ansible")
+
+
+ANSIBLE = _ansible()
+
+
+def run_module(tmp_path: Path, args: str, *flags: str) -> Dict[str, Any]:
+    assert ANSIBLE is not None
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
+        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local"]
+    cmd += ["-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "verl_patch", "-a", args]
+    proc = subprocess.run(cmd + list(flags), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    try:
+        output = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail("no JSON from ansible (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr))
+    result: Dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return result
+
+
+@pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_module_check_mode_diff_then_apply(real_tree: Path, tmp_path: Path) -> None:
+    before = snapshot(real_tree)
+    checked = run_module(tmp_path, "source=%s profile=pascal attn=sdpa" % real_tree, "--check", "--diff")
+    assert checked.get("failed") is not True, checked
+    assert checked["changed"] is True and checked["verl_version"] == "0.5.0"
+    assert snapshot(real_tree) == before, "check mode wrote something"
+    diffs = checked["diff"]
+    assert any(d["after_header"] == "verl/workers/actor/dp_actor.py" for d in diffs)
+    compat = [d for d in diffs if d["after_header"] == "verl/_pascal_compat/bert_padding.py"]
+    assert compat and "def unpad_input" in compat[0]["after"]  # AnsiballZ shipped the compat module
+    assert checked["manifest"].endswith("verl/.verl_pascal_patch.json")
+    assert sum(1 for s in checked["sites"] if s["state"] == PENDING) == sum(REAL_COUNTS["0.5.0"].values())
+
+    applied = run_module(tmp_path, "source=%s" % real_tree)
+    assert applied["changed"] is True and applied["counts"] == REAL_COUNTS["0.5.0"]
+    again = run_module(tmp_path, "source=%s" % real_tree, "--check")
+    assert again["changed"] is False
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check").returncode == 0
+
+
+@pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
+def test_module_fails_on_unsupported_version(synthetic: Path, tmp_path: Path) -> None:
+    result = run_module(tmp_path, "source=%s" % synthetic)
+    assert result.get("failed") is True and "not supported" in result["msg"]
