@@ -20,6 +20,7 @@ if [[ ${KEEP:-0} != 1 ]]; then
 fi
 podman run -d --name "$name" --network host \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+  -v "$VERL_PASCAL_APT_CACHE:/var/cache/apt/archives" \
   "$VERL_PASCAL_IMAGE" sleep infinity >/dev/null
 podman cp "$VERL_PASCAL_STANDINS/nvidia-smi" "$name:/usr/bin/nvidia-smi"
 

@@ -7,6 +7,10 @@ venv=${VENV:-$root/.venv}
 cache=$root/.cache
 export PATH=$venv/bin:$PATH
 export VERL_PASCAL_STANDINS=$cache/standins
+# Mounted as the containers' apt archive cache; machine-wide, so repeated runs
+# (and CI) download each .deb once.
+export VERL_PASCAL_APT_CACHE=${VERL_PASCAL_APT_CACHE:-/var/cache/verl-pascal-test/apt}
+mkdir -p "$VERL_PASCAL_APT_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
 

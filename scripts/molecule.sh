@@ -8,8 +8,7 @@ set -euo pipefail
 cd "$root"
 
 export VERL_PASCAL_TEST_HOST_VARS=$cache/molecule/host_vars
-export VERL_PASCAL_APT_CACHE=${VERL_PASCAL_APT_CACHE:-$cache/apt-archives}
-mkdir -p "$VERL_PASCAL_APT_CACHE" "$VERL_PASCAL_TEST_HOST_VARS"
+mkdir -p "$VERL_PASCAL_TEST_HOST_VARS"
 
 build_test_inputs
 start_mirror
