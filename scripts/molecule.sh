@@ -12,6 +12,8 @@ mkdir -p "$VERL_PASCAL_TEST_HOST_VARS"
 
 build_test_inputs
 start_mirror
-{ echo "---"; standin_host_vars; } >"$VERL_PASCAL_TEST_HOST_VARS/p40-box.yml"
+# The instance name is p40-box unless VERL_PASCAL_INSTANCE names another (to
+# run two scenarios side by side).
+{ echo "---"; standin_host_vars; } >"$VERL_PASCAL_TEST_HOST_VARS/${VERL_PASCAL_INSTANCE:-p40-box}.yml"
 
 molecule "$@"
