@@ -9,8 +9,15 @@ export PATH=$venv/bin:$PATH
 export VERL_PASCAL_STANDINS=$cache/standins
 # Mounted as the containers' apt archive cache; machine-wide, so repeated runs
 # (and CI) download each .deb once.
-export VERL_PASCAL_APT_CACHE=${VERL_PASCAL_APT_CACHE:-/var/cache/verl-pascal-test/apt}
+# One per instance name: apt locks its archive directory, so two containers
+# running side by side must not share one.
+export VERL_PASCAL_APT_CACHE=${VERL_PASCAL_APT_CACHE:-/var/cache/verl-pascal-test/apt/${VERL_PASCAL_INSTANCE:-p40-box}}
 mkdir -p "$VERL_PASCAL_APT_CACHE"
+# Mounted as pip's cache for the training user's installs in the containers
+# (pip_cache_dir in the generated host vars); writable for that user.
+export VERL_PASCAL_PIP_CACHE=${PIP_CACHE_DIR:-/var/cache/verl-pascal-test/pip}
+mkdir -p "$VERL_PASCAL_PIP_CACHE"
+chmod 1777 "$VERL_PASCAL_PIP_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
 
@@ -43,5 +50,6 @@ start_mirror() {
 standin_host_vars() {
   echo "# Generated: this host takes the STAND-IN artifacts from the local mirror."
   echo "artifact_mirror_url: $mirror_url"
+  echo "pip_cache_dir: /var/cache/verl-pascal-test/pip  # the host's pip cache, mounted"
   grep -v -e '^---' -e '^#' "$VERL_PASCAL_STANDINS/standins.yml"
 }

@@ -1,0 +1,131 @@
+"""The P40-rules guard, exercised on the CPU (the GPU runs use devices=cuda)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the guard needs torch (make venv installs a CPU build)")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+
+from p40_rules import guard  # noqa: E402
+
+
+def cpu_mode(**kw) -> guard.P40RulesMode:
+    return guard.P40RulesMode(devices=("cpu",), **kw)
+
+
+def test_fp32_compute_passes() -> None:
+    a = torch.randn(8, 8)
+    with cpu_mode() as mode:
+        (a @ a).sum().item()
+    assert mode.violations == [] and mode.ops_seen > 0
+
+
+def test_bf16_autocast_fails_the_run() -> None:
+    a = torch.randn(8, 8)
+    with pytest.raises(guard.P40RuleViolation, match="half-precision"):
+        with cpu_mode():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                a @ a
+
+
+def test_fp16_tensor_math_fails() -> None:
+    with pytest.raises(guard.P40RuleViolation, match="float16"):
+        with cpu_mode():
+            torch.ones(4, dtype=torch.float16) * 2
+
+
+def test_a_disabled_autocast_passes() -> None:
+    """What the patcher writes: autocast(dtype=float32, enabled=False)."""
+    a = torch.randn(8, 8)
+    with cpu_mode() as mode:
+        with torch.autocast("cpu", dtype=torch.float32, enabled=False):
+            a @ a
+    assert mode.violations == []
+
+
+def test_upcasting_a_bf16_checkpoint_passes_only_off_the_guarded_device() -> None:
+    weights = torch.randn(4, 4).to(torch.bfloat16)  # made outside the guard: a loaded checkpoint
+    with guard.P40RulesMode(devices=("cuda",)) as mode:  # CPU tensors are not judged
+        weights.float() @ weights.float()
+    assert mode.violations == []
+
+
+def test_attention_kernel_names() -> None:
+    q = torch.randn(1, 2, 4, 8)
+    assert guard.judge("aten._scaled_dot_product_flash_attention.default", (q,), q, ("cpu",)) is not None
+    assert guard.judge("aten._scaled_dot_product_cudnn_attention.default", (q,), q, ("cpu",)) is not None
+    assert guard.judge("aten._scaled_dot_product_efficient_attention.default", (q,), q, ("cpu",)) is None
+    assert guard.judge("aten._scaled_dot_product_flash_attention_for_cpu.default", (q,), q, ("cpu",)) is None
+    # not on a guarded device: not judged
+    assert guard.judge("aten._scaled_dot_product_flash_attention.default", (q,), q, ("cuda",)) is None
+
+
+def test_record_mode_collects_instead_of_failing() -> None:
+    seen = []
+    with cpu_mode(raise_on_violation=False, on_violation=seen.append) as mode:
+        torch.ones(2, dtype=torch.bfloat16) + 1
+    assert len(mode.violations) >= 1 and seen == mode.violations
+
+
+def test_memory_fraction_caps_a_big_card_at_the_p40_budget() -> None:
+    h200 = 143771 * 1024**2
+    frac = guard.memory_fraction(22 * 1024**3, h200)
+    assert abs(frac * h200 - 22 * 1024**3) < 1
+    assert guard.memory_fraction(30 * 1024**3, 24 * 1024**3) == 1.0
+    with pytest.raises(ValueError):
+        guard.memory_fraction(0, h200)
+
+
+def test_settings_from_env() -> None:
+    s = guard.Settings.from_env({"P40_RULES_MEMORY_GIB": "none", "P40_RULES_DEVICES": "cuda,cpu", "P40_RULES_MODE": "record"})
+    assert s.memory_gib is None and s.devices == ("cuda", "cpu") and not s.raise_on_violation
+    assert guard.Settings.from_env({}).memory_gib == 22.0
+
+
+def test_sitecustomize_guards_every_thread_of_a_new_process(tmp_path: Path) -> None:
+    """The way Ray workers get it: PYTHONPATH + P40_RULES=1, nothing else."""
+    script = (
+        "import threading, torch\n"
+        "errors = []\n"
+        "def work():\n"
+        "    try:\n"
+        "        torch.ones(2, dtype=torch.bfloat16) * 2\n"
+        "    except Exception as e:\n"
+        "        errors.append(type(e).__name__)\n"
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+        "print('thread:', errors)\n"
+        "torch.ones(2) * 2\n"
+        "print('fp32 ok')\n"
+        "torch.ones(2, dtype=torch.float16) * 2\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"),
+        "P40_RULES": "1",
+        "P40_RULES_DEVICES": "cpu",
+        "P40_RULES_REPORT_DIR": str(tmp_path),
+    }
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "thread: ['P40RuleViolation']" in proc.stdout
+    assert "fp32 ok" in proc.stdout
+    assert proc.returncode != 0 and "P40RuleViolation" in proc.stderr
+    recorded = list(guard.violations_in(str(tmp_path)))
+    assert len(recorded) >= 2 and all(v["rule"] == "half-precision compute" for v in recorded)
+    assert list(tmp_path.glob("summary-*.jsonl"))
+
+
+def test_without_the_switch_nothing_is_guarded(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"), "P40_RULES_DEVICES": "cpu"}
+    env.pop("P40_RULES", None)
+    proc = subprocess.run([sys.executable, "-c", "import torch; torch.ones(2, dtype=torch.bfloat16) * 2"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

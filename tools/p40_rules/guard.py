@@ -1,0 +1,208 @@
+"""P40 rules for a run on a bigger GPU.
+
+A Tesla P40 (compute capability 6.1, 24 GB) has no bf16, runs fp16 at 1/64 of
+fp32 speed, and has neither FlashAttention nor cuDNN's fused attention. A run on
+an H200 proves nothing about a P40 unless it is held to the same limits:
+
+* memory: PyTorch's caching allocator is capped (``set_per_process_memory_fraction``);
+  the CUDA context, cuBLAS and NCCL sit outside that cap, so a faithful cap is
+  about 22 GiB for a 24 GB card (DESIGN.md section 8);
+* TF32 stays off (Pascal has no tensor cores: fp32 means fp32);
+* a guard fails the run on any bf16 or fp16 floating-point result on the GPU,
+  and on any flash or cuDNN attention kernel (the memory-efficient SDPA kernel,
+  which runs on sm_50+ in fp32, is allowed).
+
+The guard is a ``TorchDispatchMode``: it sees every ATen op with its real
+arguments and result, including the SDPA backend PyTorch picked. It only judges
+tensors on the guarded device types ("cuda" by default), so loading a bf16
+checkpoint on the CPU and casting it to fp32 is fine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+# SDPA backends and attention kernels a P40 does not have.
+FORBIDDEN_OP_MARKERS = ("flash_attention", "cudnn_attention", "_flash_attn", "cudnn_sdpa")
+
+
+class P40RuleViolation(RuntimeError):
+    """An op the P40 cannot run (or would run 64x slower) was executed."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    op: str
+    rule: str
+    detail: str
+
+    def message(self) -> str:
+        return f"P40 rule broken by {self.op}: {self.rule} ({self.detail})"
+
+
+def _tensors(tree: Any) -> List[torch.Tensor]:
+    leaves, _ = tree_flatten(tree)
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def judge(op_name: str, args: Any, result: Any, devices: Sequence[str]) -> Optional[Violation]:
+    """The first P40 rule an op breaks, or None. Pure: no side effects."""
+    on_device = [t for t in _tensors((args, result)) if t.device.type in devices]
+    if not on_device:
+        return None
+    lowered = op_name.lower()
+    if any(marker in lowered for marker in FORBIDDEN_OP_MARKERS) and not lowered.endswith("_for_cpu.default"):
+        return Violation(op_name, "flash/cuDNN attention kernel", "use sdpa's memory-efficient kernel in fp32, or eager")
+    for t in _tensors(result):
+        if t.device.type in devices and t.dtype in HALF_DTYPES:
+            return Violation(op_name, "half-precision compute", f"result dtype {t.dtype} on {t.device}")
+    return None
+
+
+class P40RulesMode(TorchDispatchMode):
+    """Fails (or records) every op that breaks a P40 rule."""
+
+    def __init__(self, devices: Sequence[str] = ("cuda",), raise_on_violation: bool = True,
+                 on_violation: Optional[Callable[[Violation], None]] = None) -> None:
+        super().__init__()
+        self.devices = tuple(devices)
+        self.raise_on_violation = raise_on_violation
+        self.on_violation = on_violation
+        self.violations: List[Violation] = []
+        self.ops_seen = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = str(func)
+        self.ops_seen += 1
+        early = judge(name, (args, kwargs), None, self.devices)
+        if early is not None:
+            self._report(early)
+        result = func(*args, **kwargs)
+        late = judge(name, (args, kwargs), result, self.devices) if early is None else None
+        if late is not None:
+            self._report(late)
+        return result
+
+    def _report(self, violation: Violation) -> None:
+        self.violations.append(violation)
+        if self.on_violation is not None:
+            self.on_violation(violation)
+        if self.raise_on_violation:
+            raise P40RuleViolation(violation.message())
+
+
+@dataclass
+class Settings:
+    """What `activate` does; read from the environment by `from_env`."""
+
+    memory_gib: Optional[float] = 22.0
+    devices: Sequence[str] = ("cuda",)
+    report_dir: Optional[str] = None
+    raise_on_violation: bool = True
+
+    @classmethod
+    def from_env(cls, env: Dict[str, str]) -> "Settings":
+        mem = env.get("P40_RULES_MEMORY_GIB", "22")
+        return cls(
+            memory_gib=None if mem in ("", "0", "none") else float(mem),
+            devices=tuple(d for d in env.get("P40_RULES_DEVICES", "cuda").split(",") if d),
+            report_dir=env.get("P40_RULES_REPORT_DIR") or None,
+            raise_on_violation=env.get("P40_RULES_MODE", "fail") != "record",
+        )
+
+
+def memory_fraction(cap_bytes: int, total_bytes: int) -> float:
+    """The allocator fraction that caps a device of total_bytes at cap_bytes."""
+    if cap_bytes <= 0 or total_bytes <= 0:
+        raise ValueError("memory sizes must be positive")
+    return min(1.0, cap_bytes / total_bytes)
+
+
+def _write(report_dir: Optional[str], kind: str, payload: Dict[str, Any]) -> None:
+    if not report_dir:
+        return
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, f"{kind}-{os.getpid()}.jsonl")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"pid": os.getpid(), "time": time.time(), **payload}) + "\n")
+
+
+def _apply_cuda_rules(settings: Settings) -> None:
+    """Runs when CUDA initialises in this process: TF32 off, allocator capped."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if settings.memory_gib is None:
+        return
+    for index in range(torch.cuda.device_count()):
+        total = torch.cuda.get_device_properties(index).total_memory
+        frac = memory_fraction(int(settings.memory_gib * 1024**3), total)
+        torch.cuda.set_per_process_memory_fraction(frac, index)
+
+
+def _peak_memory() -> Dict[str, Any]:
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {
+        "max_allocated_gib": torch.cuda.max_memory_allocated() / 1024**3,
+        "max_reserved_gib": torch.cuda.max_memory_reserved() / 1024**3,
+        "device": torch.cuda.get_device_name(),
+    }
+
+
+_ACTIVE: Optional[P40RulesMode] = None
+
+
+def activate(settings: Settings) -> P40RulesMode:
+    """Turn the rules on for this whole process (every thread), once."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        return _ACTIVE
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if torch.cuda.is_initialized():
+        _apply_cuda_rules(settings)
+    else:
+        torch.cuda._lazy_call(lambda: _apply_cuda_rules(settings))  # noqa: SLF001
+    mode = P40RulesMode(settings.devices, settings.raise_on_violation,
+                        on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)))
+    mode.__enter__()
+    _enter_in_new_threads(mode)
+    atexit.register(lambda: _write(settings.report_dir, "summary",
+                                   {"ops_seen": mode.ops_seen, "violations": len(mode.violations), **_peak_memory()}))
+    _ACTIVE = mode
+    return mode
+
+
+def _enter_in_new_threads(mode: P40RulesMode) -> None:
+    """Dispatch modes are per thread: enter the mode in every thread started later."""
+    original_run = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        with mode:
+            original_run(self)
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+
+
+def violations_in(report_dir: str) -> Iterable[Dict[str, Any]]:
+    """Every violation recorded under report_dir, by any process."""
+    if not os.path.isdir(report_dir):
+        return []
+    found: List[Dict[str, Any]] = []
+    for name in sorted(os.listdir(report_dir)):
+        if name.startswith("violations-") and name.endswith(".jsonl"):
+            with open(os.path.join(report_dir, name), encoding="utf-8") as f:
+                found.extend(json.loads(line) for line in f if line.strip())
+    return found

@@ -1,0 +1,20 @@
+"""Apply the P40 rules in every Python process that has this folder first on
+PYTHONPATH and P40_RULES=1 in its environment: Ray's worker processes inherit
+both, so the whole run is guarded. Settings: P40_RULES_MEMORY_GIB (default 22,
+"none" for no cap), P40_RULES_DEVICES (default cuda), P40_RULES_REPORT_DIR
+(violations and per-process peak memory as JSON lines), P40_RULES_MODE
+(fail, the default, or record)."""
+
+import os
+import sys
+
+if os.environ.get("P40_RULES") == "1":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # a helper process without torch: nothing to guard
+        pass
+    else:
+        from p40_rules.guard import Settings, activate
+
+        activate(Settings.from_env(dict(os.environ)))
