@@ -139,7 +139,7 @@ def _write(report_dir: Optional[str], kind: str, payload: Dict[str, Any]) -> Non
         f.write(json.dumps({"pid": os.getpid(), "time": time.time(), **payload}) + "\n")
 
 
-def _apply_cuda_rules(settings: Settings) -> None:
+def apply_cuda_rules(settings: Settings) -> None:
     """Runs when CUDA initialises in this process: TF32 off, allocator capped."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -172,9 +172,9 @@ def activate(settings: Settings) -> P40RulesMode:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if torch.cuda.is_initialized():
-        _apply_cuda_rules(settings)
+        apply_cuda_rules(settings)
     else:
-        torch.cuda._lazy_call(lambda: _apply_cuda_rules(settings))  # noqa: SLF001
+        torch.cuda._lazy_call(lambda: apply_cuda_rules(settings))  # noqa: SLF001
     mode = P40RulesMode(settings.devices, settings.raise_on_violation,
                         on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)))
     mode.__enter__()
