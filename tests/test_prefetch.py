@@ -1,0 +1,436 @@
+"""bin/prefetch: lock reading, artifact discovery, and downloads against a local server."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import zipfile
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prefetch_server import Upstream  # noqa: E402
+from verl_pascal_prefetch import artifacts, cli, pipwheels  # noqa: E402
+from verl_pascal_prefetch.lock import Lock, LockError, parse_overrides  # noqa: E402
+
+CHUNK = 16 * 1024  # --chunk-size 16 (KiB): small, so a drop lands on a chunk boundary
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def blob(n: int, seed: int = 1) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def write_lock(path: Path, server: Upstream, files: Dict[str, bytes], sizes: bool = True) -> Path:
+    """A lock with one ``<key>_url``/``_sha256``(/``_size``) entry per file; key = name without dots."""
+    lines = ["---"]
+    for name, data in files.items():
+        key = name.replace(".", "_").replace("-", "_")
+        lines += [f"{key}_url: {server.url}/{name}", f"{key}_sha256: {sha(data)}"]
+        if sizes:
+            lines.append(f"{key}_size: {len(data)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prefetch(capsys: pytest.CaptureFixture, *argv: str) -> Tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+FAST = ("--no-progress", "--backoff", "0.01", "--retries", "2", "--timeout", "5", "--chunk-size", "16")
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    """(files, server, lock path, mirror) for two files; tests set server.modes."""
+    files = {"alpha.run": blob(200 * 1024, 1), "beta.tar.xz": blob(96 * 1024, 2)}
+    with Upstream(files) as server:
+        lock = write_lock(tmp_path / "lock.yml", server, files)
+        yield files, server, lock, tmp_path / "mirror"
+
+
+# --- lock reading and discovery ----------------------------------------------
+
+def test_real_lock_has_cuda_and_cudnn() -> None:
+    found = artifacts.discover(Lock.from_paths())
+    by_key = {a.key: a for a in found.artifacts}
+    assert not found.errors
+    cuda, cudnn = by_key["cuda_runfile"], by_key["cudnn_archive"]
+    assert cuda.url == ("https://developer.download.nvidia.com/compute/cuda/11.8.0/local_installers/"
+                        "cuda_11.8.0_520.61.05_linux.run")
+    assert cuda.sha256 == "9223c4af3aebe4a7bbed9abd9b163b03a1b34b855fbc2b4a0d1b706ac09a5a16"
+    assert (cuda.path, cuda.size) == ("cuda_11.8.0_520.61.05_linux.run", 4336730777)
+    assert cudnn.url == ("https://developer.download.nvidia.com/compute/cudnn/redist/cudnn/linux-x86_64/"
+                         "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz")
+    assert cudnn.sha256 == "a3e2509028cecda0117ce5a0f42106346e82e86d390f4bb9475afc976c77402e"
+    assert (cudnn.path, cudnn.size) == ("cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz", 860967256)
+    assert "artifact_mirror" not in by_key  # artifact_mirror_url has no sha256: not an artifact
+
+
+def test_real_lock_renders_jinja_settings() -> None:
+    lock = Lock.from_paths()
+    assert lock.get("conda_env_prefix") == "/opt/miniforge3/envs/verl-p40"  # simple references
+    pytest.importorskip("ansible")
+    assert lock.get("cuda_toolkit_path") == "/usr/local/cuda-11.8"  # a filter: Ansible's Templar
+
+
+SYNTHETIC = """---
+miniforge_version: "24.11.3-0"
+miniforge_url: "https://github.com/conda-forge/miniforge/releases/download/{{ miniforge_version }}/Miniforge3-{{ miniforge_version }}-Linux-x86_64.sh"
+miniforge_sha256: "{{ miniforge_sha }}"
+miniforge_sha: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
+apex_commit: 0123abc
+apex_url: "https://github.com/NVIDIA/apex/archive/{{ apex_commit }}.tar.gz"
+apex_name: "apex-{{ apex_commit }}.tar.gz"
+apex_sha256: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+apex_size: "1234"
+todo_url: https://example.org/todo.bin
+todo_sha256: ""
+artifact_mirror_url: http://mirror:8080
+verl_releases:
+  - version: "0.5.0"
+    url: https://files.pythonhosted.org/packages/source/v/verl/verl-0.5.0.tar.gz
+    sha256: cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc
+  - version: "0.4.1"
+    url: https://files.pythonhosted.org/packages/source/v/verl/verl-0.4.1.tar.gz
+    sha256: dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd
+    size: 99
+"""
+
+
+def test_synthetic_lock_discovery(tmp_path: Path) -> None:
+    (tmp_path / "lock.yml").write_text(SYNTHETIC)
+    found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
+    by_key = {a.key: a for a in found.artifacts}
+    assert sorted(by_key) == ["apex", "miniforge", "verl_releases[0.4.1]", "verl_releases[0.5.0]"]
+    mf = by_key["miniforge"]
+    assert mf.url.endswith("/24.11.3-0/Miniforge3-24.11.3-0-Linux-x86_64.sh")
+    assert (mf.path, mf.sha256, mf.size) == ("Miniforge3-24.11.3-0-Linux-x86_64.sh", "a" * 64, None)
+    assert (by_key["apex"].path, by_key["apex"].size) == ("apex-0123abc.tar.gz", 1234)
+    assert by_key["verl_releases[0.4.1]"].path == "verl-0.4.1.tar.gz"
+    assert by_key["verl_releases[0.4.1]"].size == 99
+    assert "todo" in found.skipped and not found.errors
+    assert [a.key for a in artifacts.select(found.artifacts, ["verl_releases"])] == [
+        "verl_releases[0.4.1]", "verl_releases[0.5.0]"]
+    assert [a.key for a in artifacts.select(found.artifacts, ["apex-0123abc.tar.gz"])] == ["apex"]
+    with pytest.raises(LockError, match="nope"):
+        artifacts.select(found.artifacts, ["nope"])
+
+
+def test_sha256_on_a_shorter_prefix(tmp_path: Path) -> None:
+    """``miniforge_installer_url`` + ``miniforge_sha256`` (the lock's Miniforge naming)."""
+    (tmp_path / "lock.yml").write_text(
+        "---\nmf_version: '1.0'\nmf_installer_name: 'MF-{{ mf_version }}.sh'\n"
+        "mf_installer_url: 'https://e.org/dl/{{ mf_installer_name }}'\nmf_sha256: " + "a" * 64 + "\n"
+        "x_url: https://e.org/x.bin\nx_sha256: " + "b" * 64 + "\nx_sidecar_url: https://e.org/x.bin.sha256\n"
+        "torch_index_url: https://download.pytorch.org/whl/cu118\n")
+    found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
+    by_key = {a.key: a for a in found.artifacts}
+    assert sorted(by_key) == ["mf_installer", "x"]  # x_sidecar does not take x's sha256
+    assert (by_key["mf_installer"].path, by_key["mf_installer"].sha256) == ("MF-1.0.sh", "a" * 64)
+
+
+def test_releases_mapping_by_version(tmp_path: Path) -> None:
+    """The verl role's shape: releases keyed by version, file name in ``sdist``."""
+    (tmp_path / "lock.yml").write_text(
+        "---\nverl_releases:\n"
+        "  '0.5.0': {sdist: verl-0.5.0.tar.gz, url: 'https://e.org/v/verl-0.5.0.tar.gz?x=1', sha256: " + "c" * 64 + "}\n"
+        "  '0.4.1': {sdist: verl-0.4.1.tar.gz, sha256: " + "d" * 64 + "}\n")  # no url: not an artifact
+    found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
+    assert [(a.key, a.path) for a in found.artifacts] == [("verl_releases[0.5.0]", "verl-0.5.0.tar.gz")]
+    assert "no url" in found.skipped["verl_releases[0.4.1]"]
+
+
+def test_overrides_and_directory_lock(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(SYNTHETIC)
+    (tmp_path / "b.yml").write_text("---\napex_commit: fedcba9\n")  # later file wins, as in Ansible
+    lock = Lock.from_paths([tmp_path], parse_overrides(["miniforge_version=25.1.1-2"]))
+    by_key = {a.key: a for a in artifacts.discover(lock).artifacts}
+    assert by_key["apex"].path == "apex-fedcba9.tar.gz"
+    assert "/25.1.1-2/" in by_key["miniforge"].url
+    with pytest.raises(LockError):
+        parse_overrides(["no-equals-sign"])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x_url: https://e.org/x.bin\nx_sha256: 1234\n", "not a sha256"),
+    ("x_url: ftp://e.org/x.bin\nx_sha256: " + "a" * 64 + "\n", "not an http"),
+    ("x_url: https://e.org/x.bin\nx_sha256: " + "a" * 64 + "\nx_size: big\n", "not a size"),
+    ("x_url: https://e.org/{{ nope }}\nx_sha256: " + "a" * 64 + "\n", "undefined variable"),
+    ("x_url: https://e.org/{{ y }}\ny: '{{ x_url }}'\nx_sha256: " + "a" * 64 + "\n", "template loop"),
+    ("x_url: https://e.org/a/x.bin\nx_sha256: " + "a" * 64 + "\ny_url: https://e.org/b/x.bin\ny_sha256: "
+     + "b" * 64 + "\n", "also x's"),
+    ("x_url: https://e.org/x/\nx_sha256: " + "a" * 64 + "\n", "plain file name"),
+])
+def test_bad_lock_entries(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "lock.yml").write_text("---\n" + text)
+    found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
+    assert any(message in m for m in found.errors.values()), found.errors
+
+
+def test_lock_error_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "lock.yml").write_text("---\nx_url: https://e.org/x.bin\nx_sha256: 1234\n")
+    code, _, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(tmp_path / "m"))
+    assert code == 2 and "not a sha256" in err
+    code, _, err = prefetch(capsys, "--mirror", str(tmp_path / "m"), "--only", "no_such_thing")
+    assert code == 2 and "no_such_thing" in err and "cuda_runfile" in err
+
+
+def test_list_downloads_nothing(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    code, out, _ = prefetch(capsys, "--lock", str(lock), "--list")
+    assert code == 0 and "alpha_run\talpha.run" in out and "beta.tar.xz" in out
+    assert server.log == [] and not mirror.exists()
+
+
+# --- downloads ------------------------------------------------------------------
+
+def test_fetch_writes_files_manifest_and_sums(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)
+    assert code == 0, err
+    assert "2 fetched" in out
+    for name, data in files.items():
+        assert (mirror / name).read_bytes() == data
+    assert not list(mirror.glob("*.part"))
+    manifest = json.loads((mirror / "manifest.json").read_text())
+    assert manifest["format"] == 1
+    assert manifest["files"] == [
+        {"name": "alpha.run", "url": f"{server.url}/alpha.run", "size": len(files["alpha.run"]),
+         "sha256": sha(files["alpha.run"]), "key": "alpha_run", "source": "lock"},
+        {"name": "beta.tar.xz", "url": f"{server.url}/beta.tar.xz", "size": len(files["beta.tar.xz"]),
+         "sha256": sha(files["beta.tar.xz"]), "key": "beta_tar_xz", "source": "lock"},
+    ]
+    sums = (mirror / "SHA256SUMS").read_text()
+    assert sums == f"{sha(files['alpha.run'])}  alpha.run\n{sha(files['beta.tar.xz'])}  beta.tar.xz\n"
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=mirror).returncode == 0
+
+
+def test_good_file_is_never_downloaded_again(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
+    seen = len(server.log)
+    code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)
+    assert code == 0 and "2 already present" in out and "present alpha.run" in err
+    assert len(server.log) == seen  # not even a HEAD request
+
+
+def test_resume_after_dropped_connection(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    server.modes["alpha.run"] = {"drop": True, "drop_at": 5 * CHUNK}
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--only", "alpha_run", *FAST)
+    assert code == 0, err
+    assert (mirror / "alpha.run").read_bytes() == files["alpha.run"]
+    assert server.requests_for("alpha.run") == [("alpha.run", None, 200),
+                                                ("alpha.run", f"bytes={5 * CHUNK}-", 206)]
+    assert "retry 1/2" in err
+
+
+def test_server_ignoring_range_restarts_from_zero(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    server.modes["alpha.run"] = {"drop": True, "drop_at": 3 * CHUNK, "norange": True}
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--only", "alpha.run", *FAST)
+    assert code == 0, err
+    assert (mirror / "alpha.run").read_bytes() == files["alpha.run"]
+    assert server.requests_for("alpha.run")[1] == ("alpha.run", f"bytes={3 * CHUNK}-", 200)
+    assert "ignored the range request" in err
+
+
+def test_stale_part_is_resumed(env, capsys: pytest.CaptureFixture) -> None:
+    """An interrupted earlier run (a .part on disk) resumes where it stopped."""
+    files, server, lock, mirror = env
+    mirror.mkdir()
+    (mirror / "beta.tar.xz.part").write_bytes(files["beta.tar.xz"][:40000])
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--only", "beta_tar_xz", *FAST)
+    assert code == 0, err
+    assert server.requests_for("beta.tar.xz") == [("beta.tar.xz", "bytes=40000-", 206)]
+    assert (mirror / "beta.tar.xz").read_bytes() == files["beta.tar.xz"]
+
+
+def test_corrupt_resumed_part_gets_one_clean_download(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    mirror.mkdir()
+    (mirror / "beta.tar.xz.part").write_bytes(b"\0" * 40000)
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--only", "beta_tar_xz", *FAST)
+    assert code == 0, err
+    assert [r[1] for r in server.requests_for("beta.tar.xz")] == ["bytes=40000-", None]
+    assert (mirror / "beta.tar.xz").read_bytes() == files["beta.tar.xz"]
+
+
+def test_wrong_bytes_are_caught_and_removed(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    server.modes["alpha.run"] = {"wrong": True}
+    code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)
+    assert code == 1
+    bad = bytes(b ^ 0x5A for b in files["alpha.run"])
+    assert "alpha.run" in err and sha(files["alpha.run"]) in err and sha(bad) in err
+    assert f"expected {sha(files['alpha.run'])}, actual {sha(bad)}" in err
+    assert not (mirror / "alpha.run").exists() and not (mirror / "alpha.run.part").exists()
+    assert (mirror / "beta.tar.xz").read_bytes() == files["beta.tar.xz"]  # the good one still lands
+    names = [e["name"] for e in json.loads((mirror / "manifest.json").read_text())["files"]]
+    assert names == ["beta.tar.xz"]
+    assert "alpha.run" not in (mirror / "SHA256SUMS").read_text()
+    assert len(server.requests_for("alpha.run")) == 1  # a full download with wrong bytes is final
+
+
+def test_size_contradicting_lock_is_final(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with Upstream({"x.bin": b"12345"}) as server:
+        lock = tmp_path / "lock.yml"
+        lock.write_text(f"---\nx_url: {server.url}/x.bin\nx_sha256: {sha(b'12345')}\nx_size: 6\n")
+        code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(tmp_path / "m"), *FAST)
+        assert code == 1 and "the lock says 6" in err
+        assert len(server.log) == 1
+        assert not (tmp_path / "m" / "x.bin").exists() and not (tmp_path / "m" / "x.bin.part").exists()
+
+
+@pytest.mark.parametrize("status, requests", [(500, 3), (503, 3), (404, 1)])
+def test_retries_stop_at_their_bound(env, capsys: pytest.CaptureFixture, status: int, requests: int) -> None:
+    files, server, lock, mirror = env
+    server.modes["beta.tar.xz"] = {"status": status}
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)  # --retries 2
+    assert code == 1
+    assert len(server.requests_for("beta.tar.xz")) == requests
+    assert f"HTTP {status}" in err and "beta.tar.xz" in err
+    assert not (mirror / "beta.tar.xz").exists() and not (mirror / "beta.tar.xz.part").exists()
+    assert (mirror / "alpha.run").exists()
+
+
+def test_slow_first_attempt_times_out_then_succeeds(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    server.modes["beta.tar.xz"] = {"slow": 1.0}
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--only", "beta_tar_xz",
+                            *FAST, "--timeout", "0.3")
+    assert code == 0, err
+    assert server.arrivals.count("beta.tar.xz") == 2 and "timed out" in err.lower()
+
+
+def test_jobs_bounds_concurrency(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    files = {f"f{i}.bin": blob(4096, i) for i in range(6)}
+    with Upstream(files, {n: {"delay": 0.15} for n in files}) as server:
+        lock = write_lock(tmp_path / "lock.yml", server, files, sizes=False)
+        code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(tmp_path / "m"), *FAST, "--jobs", "2")
+        assert code == 0, err
+        assert server.max_active == 2
+        assert "6 fetched" in out
+
+
+def test_verify(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
+    requests = len(server.log)
+    code, out, _ = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")
+    assert code == 0 and "2 file(s)" in out
+    path = mirror / "alpha.run"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")
+    assert code == 1 and "alpha.run: sha256 mismatch" in err and sha(bytes(data)) in err
+    code, _, _ = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify", "--only", "beta_tar_xz")
+    assert code == 0
+    (mirror / "beta.tar.xz").unlink()
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify", "--only", "beta_tar_xz")
+    assert code == 1 and "beta.tar.xz: missing" in err
+    assert len(server.log) == requests  # --verify downloads nothing
+
+
+def test_progress_bars_appear(env, capsys: pytest.CaptureFixture) -> None:
+    files, server, lock, mirror = env
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--chunk-size", "16")
+    assert code == 0
+    assert "total" in err and "alpha.run" in err and "100%" in err and "KiB" in err
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(tmp := mirror.parent / "m2"),
+                            "--no-progress")
+    assert code == 0 and "%" not in err and tmp.exists()
+
+
+# --- the pip hook -----------------------------------------------------------------
+
+def make_wheel(folder: Path, name: str, version: str, requires: List[str] = ()) -> Path:
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    members = {
+        f"{name.replace('-', '_')}/__init__.py": "",
+        f"{dist}.dist-info/METADATA": meta,
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for member, text in members.items():
+            zf.writestr(member, text)
+        zf.writestr(f"{dist}.dist-info/RECORD", "".join(f"{m},,\n" for m in members) + f"{dist}.dist-info/RECORD,,\n")
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def test_pip_hook_builds_a_pep503_index(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    links = tmp_path / "links"
+    links.mkdir()
+    top = make_wheel(links, "vp-demo-top", "1.0", ["vp_demo.dep==2.0"])
+    dep = make_wheel(links, "vp_demo.dep", "2.0")
+    req = tmp_path / "requirements.txt"
+    req.write_text("vp-demo-top==1.0\n")
+    lock = tmp_path / "lock.yml"
+    lock.write_text("---\npython_version: '3.10.12'\n")
+    mirror = tmp_path / "mirror"
+    code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--no-progress",
+                              "--pip-requirements", str(req), "--pip-find-links", str(links),
+                              "--pip-arg=--no-index", "--pip-arg=--isolated")
+    assert code == 0, err
+    assert "Saved" in err  # pip's own output
+    entries = {e["name"]: e for e in json.loads((mirror / "manifest.json").read_text())["files"]}
+    assert sorted(entries) == [f"simple/vp-demo-dep/{dep.name}", f"simple/vp-demo-top/{top.name}"]
+    entry = entries[f"simple/vp-demo-top/{top.name}"]
+    assert entry["sha256"] == sha(top.read_bytes()) and entry["source"] == "pip" and entry["key"] == "pip:vp-demo-top"
+    assert entry["url"] == top.as_uri() and entry["size"] == top.stat().st_size
+    page = (mirror / "simple" / "vp-demo-top" / "index.html").read_text()
+    assert f'href="{top.name}#sha256={sha(top.read_bytes())}"' in page
+    assert 'href="vp-demo-dep/"' in (mirror / "simple" / "index.html").read_text()
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")[0] == 0
+
+    # Any static HTTP server makes the mirror a package index pip installs from.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(mirror)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        out_dir = tmp_path / "got"
+        subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "-q", "--dest", str(out_dir),
+                        "--index-url", f"http://127.0.0.1:{server.server_address[1]}/simple/", "vp-demo-top==1.0"],
+                       check=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted([dep.name, top.name])
+
+
+def test_pip_defaults_follow_the_lock() -> None:
+    args = cli.build_parser().parse_args(["--pip-requirements", "r.txt", "--pip-platform", "linux_x86_64"])
+    opts = cli.pip_options(args, Lock.from_paths())
+    assert opts.python_version == "3.10" and opts.platforms == ["linux_x86_64"]
+    cmd = pipwheels.pip_command(opts, Path("/tmp/d"))
+    assert cmd[3:5] == ["download", "--dest"] and "--only-binary=:all:" in cmd
+    assert cmd[cmd.index("--python-version") + 1] == "3.10"
+    assert "manylinux_2_17_x86_64" in pipwheels.default_platforms() and "linux_x86_64" in pipwheels.default_platforms()
+    assert pipwheels.project_of("Foo.Bar-1.0-py3-none-any.whl") == "foo-bar"
+    assert pipwheels.project_of("antlr4-python3-runtime-4.9.3.tar.gz") == "antlr4-python3-runtime"

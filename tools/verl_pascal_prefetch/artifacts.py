@@ -1,0 +1,253 @@
+"""Find every artifact of the stack in the lock.
+
+An artifact is one file with a URL and a sha256 the lock pins. Discovery is
+generic, so a new role's files are picked up by naming their lock entries:
+
+- ``<name>_url`` + ``<name>_sha256`` (+ optional ``<name>_size``; the file
+  name is ``<name>_name`` or else the URL's basename): ``cuda_runfile_*``,
+  ``cudnn_archive_*``, ``apex_archive_*``, ... The sha256 (and size, name)
+  may sit on a shorter prefix of ``<name>``: ``miniforge_installer_url``
+  with ``miniforge_sha256``, as long as no ``miniforge_url`` claims it.
+- a list (or a mapping) of mappings that each hold ``url`` and ``sha256``
+  (+ optional ``name`` or ``sdist`` for the file name, ``size``, ``version``),
+  for example ``verl_releases: {"0.5.0": {sdist: ..., url: ..., sha256: ...}}``:
+  each item is the artifact ``<key>[<version, mapping key or index>]``. An item
+  without ``url`` is not an artifact (nothing says where to fetch it).
+
+``PROVIDERS`` is the extension point: a provider takes the ``Lock`` and
+returns a ``Discovery``. The model snapshot and the dataset (a later issue)
+plug in here: a provider that lists each file of a hub snapshot at its pinned
+revision as an ``Artifact`` with ``path`` ``hub/<repo>/<revision>/<file>``,
+its ``resolve/<revision>`` URL and the sha256 the lock pins, so that the
+downloader, the manifest and ``--verify`` need no change.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from urllib.parse import unquote, urlsplit
+
+from .lock import Lock, LockError
+
+RESERVED_NAMES = frozenset({"manifest.json", "SHA256SUMS", "simple", "index.html"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file of the mirror."""
+
+    key: str  # lock entry: "cuda_runfile", "verl_releases[0.5.0]", "pip:torch"
+    path: str  # where it lies in the mirror, relative, "/"-separated
+    url: str
+    sha256: str
+    size: Optional[int] = None
+    source: str = "lock"
+
+    @property
+    def filename(self) -> str:
+        return posixpath.basename(self.path)
+
+
+@dataclass
+class Discovery:
+    """What a provider found: artifacts, entries it could not use, and why."""
+
+    artifacts: List[Artifact] = field(default_factory=list)
+    errors: Dict[str, str] = field(default_factory=dict)  # key -> message
+    skipped: Dict[str, str] = field(default_factory=dict)  # key -> reason (warnings)
+
+    def extend(self, other: "Discovery") -> None:
+        self.artifacts.extend(other.artifacts)
+        self.errors.update(other.errors)
+        self.skipped.update(other.skipped)
+
+
+def url_basename(url: str) -> str:
+    """The file name a URL points at (``.../a%20b.run?x=1`` -> ``a b.run``)."""
+    return unquote(posixpath.basename(urlsplit(url).path))
+
+
+def check_file_name(name: str) -> str:
+    """A plain file name that can sit in the mirror's top directory."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+        raise LockError(f"not a plain file name: {name!r}")
+    if name in RESERVED_NAMES or name.endswith(".part"):
+        raise LockError(f"file name {name!r} is reserved in the mirror")
+    return name
+
+
+def check_sha256(value: Any) -> str:
+    text = str(value).strip().lower()
+    if not _SHA256.fullmatch(text):
+        raise LockError(f"not a sha256 (64 hex digits): {value!r}")
+    return text
+
+
+def check_size(value: Any) -> Optional[int]:
+    if value is None or value == "":
+        return None
+    try:
+        size = int(value)
+    except (TypeError, ValueError) as exc:
+        raise LockError(f"not a size in bytes: {value!r}") from exc
+    if size < 0:
+        raise LockError(f"negative size: {value!r}")
+    return size
+
+
+def check_url(value: Any) -> str:
+    url = str(value).strip()
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise LockError(f"not an http(s) URL: {value!r}")
+    return url
+
+
+def make_artifact(key: str, url: Any, sha256: Any, size: Any = None, name: Any = None) -> Artifact:
+    """Validate one entry; raises LockError naming what is wrong."""
+    url = check_url(url)
+    file_name = check_file_name(str(name) if name not in (None, "") else url_basename(url))
+    return Artifact(key=key, path=file_name, url=url, sha256=check_sha256(sha256), size=check_size(size))
+
+
+def _pinned(lock: Lock, key: str, sha_key: str, discovery: Discovery) -> bool:
+    """False (with a warning) for an entry whose sha256 is empty: nothing to check it with."""
+    if lock.raw.get(sha_key) in (None, ""):
+        discovery.skipped[key] = f"{sha_key} is empty: not fetched (nothing to check it against)"
+        return False
+    return True
+
+
+def sha256_key(lock: Lock, key: str) -> Optional[str]:
+    """The lock entry holding ``<key>``'s sha256: ``<key>_sha256``, else that of a shorter prefix.
+
+    ``miniforge_installer_url`` takes ``miniforge_sha256`` unless a
+    ``miniforge_url`` exists (then that sha256 is ``miniforge_url``'s).
+    """
+    parts = key.split("_")
+    for n in range(len(parts), 0, -1):
+        prefix = "_".join(parts[:n])
+        if f"{prefix}_sha256" in lock and (n == len(parts) or f"{prefix}_url" not in lock):
+            return f"{prefix}_sha256"
+    return None
+
+
+def _lookup(lock: Lock, key: str, sha_key: str, field_name: str) -> Any:
+    """``<key>_<field>``, else ``<sha prefix>_<field>`` (name, size)."""
+    prefix = sha_key[: -len("_sha256")]
+    for var in (f"{key}_{field_name}", f"{prefix}_{field_name}"):
+        if var in lock:
+            return lock.get(var)
+    return None
+
+
+def from_url_entries(lock: Lock) -> Discovery:
+    """``<name>_url`` with a ``<name>_sha256`` (or a shorter prefix's ``_sha256``) beside it."""
+    found = Discovery()
+    for var in lock.names():
+        if not var.endswith("_url"):
+            continue
+        key = var[: -len("_url")]
+        sha_key = sha256_key(lock, key)
+        if sha_key is None or not _pinned(lock, key, sha_key, found):
+            continue
+        try:
+            found.artifacts.append(
+                make_artifact(
+                    key,
+                    lock.get(var),
+                    lock.get(sha_key),
+                    _lookup(lock, key, sha_key, "size"),
+                    _lookup(lock, key, sha_key, "name"),
+                )
+            )
+        except LockError as exc:
+            found.errors[key] = str(exc)
+    return found
+
+
+def _items(value: Any) -> Iterable[tuple]:
+    if isinstance(value, list):
+        return ((str(i), v) for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return ((str(k), v) for k, v in value.items())
+    return ()
+
+
+def from_list_entries(lock: Lock) -> Discovery:
+    """Lists (or mappings) of ``{url, sha256, [name, size, version]}`` items."""
+    found = Discovery()
+    for var in lock.names():
+        raw = lock.raw[var]
+        if not any(isinstance(item, dict) and "sha256" in item for _, item in _items(raw)):
+            continue
+        try:
+            value = lock.get(var)
+        except LockError as exc:
+            found.errors[var] = str(exc)
+            continue
+        for label, item in _items(value):
+            if not isinstance(item, dict) or "sha256" not in item:
+                continue
+            key = f"{var}[{item.get('version', label)}]"
+            if "url" not in item:
+                found.skipped[key] = "has a sha256 but no url: not fetched (add url: to the lock entry)"
+                continue
+            if item.get("sha256") in (None, ""):
+                found.skipped[key] = "sha256 is empty: not fetched"
+                continue
+            try:
+                name = item.get("name") or item.get("sdist")
+                found.artifacts.append(make_artifact(key, item["url"], item["sha256"], item.get("size"), name))
+            except LockError as exc:
+                found.errors[key] = str(exc)
+    return found
+
+
+Provider = Callable[[Lock], Discovery]
+
+#: Every artifact source. Append a provider here to add a kind of artifact
+#: (the hub snapshot and dataset provider of a later issue goes here).
+PROVIDERS: List[Provider] = [from_url_entries, from_list_entries]
+
+
+def discover(lock: Lock, providers: Sequence[Provider] = ()) -> Discovery:
+    """All artifacts of the lock, one per mirror path; conflicting paths are errors."""
+    found = Discovery()
+    for provider in providers or PROVIDERS:
+        found.extend(provider(lock))
+    unique: Dict[str, Artifact] = {}
+    for art in found.artifacts:
+        other = unique.get(art.path)
+        if other is None:
+            unique[art.path] = art
+        elif other.sha256 != art.sha256:
+            found.errors[art.key] = f"file name {art.path} is also {other.key}'s, with another sha256"
+    found.artifacts = sorted(unique.values(), key=lambda a: a.key)
+    return found
+
+
+def matches(art: Artifact, name: str) -> bool:
+    """``--only NAME``: a lock entry (``cuda_runfile``; ``verl_releases`` takes all its items) or a file name."""
+    return name in (art.key, art.path, art.filename) or art.key.startswith(name + "[")
+
+
+def select(artifacts: Sequence[Artifact], names: Sequence[str]) -> List[Artifact]:
+    """The artifacts ``--only`` names; every name must match one (LockError otherwise)."""
+    if not names:
+        return list(artifacts)
+    unknown = [n for n in names if not any(matches(a, n) for a in artifacts)]
+    if unknown:
+        known = ", ".join(a.key for a in artifacts) or "none"
+        raise LockError(f"--only: no artifact named {', '.join(unknown)} (known: {known})")
+    return [a for a in artifacts if any(matches(a, n) for n in names)]
+
+
+def select_errors(errors: Mapping[str, str], names: Sequence[str]) -> Dict[str, str]:
+    """Discovery errors that matter for a ``--only`` selection (all of them without one)."""
+    if not names:
+        return dict(errors)
+    return {k: v for k, v in errors.items() if any(k == n or k.startswith(n + "[") for n in names)}

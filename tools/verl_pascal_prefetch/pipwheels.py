@@ -1,0 +1,187 @@
+"""The pip hook: wheels resolved by pip itself, laid out as a PEP 503 index.
+
+``pip download --dest TMP --only-binary=:all: --python-version X.Y
+--platform ...`` resolves the requirement files for the target environment
+(not the controller's); each file it saves moves to
+``<mirror>/simple/<normalized project>/``, with an ``index.html`` per project
+(links carry ``#sha256=``) and a root ``simple/index.html``. Hosts then install
+with ``pip install --no-index --find-links`` or ``--index-url
+<mirror>/simple/``. Files already in the mirror are linked into pip's
+destination first, so pip does not download them again.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .artifacts import Artifact
+from .fetch import sha256_file
+
+SIMPLE = "simple"
+_DOWNLOADING = re.compile(r"(?:Downloading|Processing|Collecting)\s+(\S+)")
+_DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 project name normalization."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_of(filename: str) -> str:
+    """The normalized project of a wheel (``name-ver-...whl``) or sdist (``name-ver.tar.gz``)."""
+    if filename.endswith(".whl"):
+        return normalize(filename.split("-")[0])
+    stem = filename[: -len(".tar.gz")] if filename.endswith(".tar.gz") else filename.rsplit(".", 1)[0]
+    return normalize(stem.rsplit("-", 1)[0])
+
+
+def default_platforms(glibc_minor: int = 31, arch: str = "x86_64") -> List[str]:
+    """Every manylinux tag a glibc 2.<minor> box runs (Debian 11, Ubuntu 20.04: 2.31), plus linux_<arch>.
+
+    pip expands only the legacy manylinux2014/2010 aliases itself, so the
+    PEP 600 tags are listed here; ``linux_x86_64`` is the tag of PyTorch's own
+    index (``torch-2.6.0+cu118-cp310-cp310-linux_x86_64.whl``).
+    """
+    tags = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc_minor, 4, -1)]
+    return tags + [f"manylinux2014_{arch}", f"linux_{arch}"]
+
+
+@dataclass
+class PipOptions:
+    requirements: List[Path]
+    python_version: Optional[str] = None  # "3.10"
+    platforms: List[str] = field(default_factory=default_platforms)
+    index_url: Optional[str] = None  # None: pip's own configuration
+    extra_index_urls: List[str] = field(default_factory=list)
+    find_links: List[str] = field(default_factory=list)
+    extra_args: List[str] = field(default_factory=list)
+    progress: bool = True
+    python: str = sys.executable
+
+
+def pip_command(opts: PipOptions, dest: Path) -> List[str]:
+    cmd = [opts.python, "-m", "pip", "download", "--dest", str(dest), "--only-binary=:all:",
+           "--progress-bar", "on" if opts.progress else "off", "--disable-pip-version-check"]
+    if opts.python_version:
+        cmd += ["--python-version", opts.python_version]
+    for platform in opts.platforms:
+        cmd += ["--platform", platform]
+    if opts.index_url:
+        cmd += ["--index-url", opts.index_url]
+    for url in opts.extra_index_urls:
+        cmd += ["--extra-index-url", url]
+    for link in opts.find_links:
+        cmd += ["--find-links", link]
+    for req in opts.requirements:
+        cmd += ["-r", str(req)]
+    return cmd + list(opts.extra_args)
+
+
+def source_urls(output: str) -> Dict[str, str]:
+    """File name -> where pip took it from, read from pip's log (best effort)."""
+    urls: Dict[str, str] = {}
+    for match in _DOWNLOADING.finditer(output):
+        where = match.group(1)
+        name = os.path.basename(where.split("#", 1)[0])
+        if name.endswith(_DIST_SUFFIXES) and ("/" in where):
+            urls[name] = where if "://" in where else Path(where).as_uri()
+    return urls
+
+
+def existing_dists(mirror: Path) -> Dict[str, Path]:
+    """File name -> path of every distribution already under simple/."""
+    root = mirror / SIMPLE
+    if not root.is_dir():
+        return {}
+    return {p.name: p for p in root.glob("*/*") if p.name.endswith(_DIST_SUFFIXES)}
+
+
+def seed(dest: Path, dists: Dict[str, Path]) -> None:
+    """Hard-link (or copy) the mirror's files into pip's destination: pip reuses them."""
+    for name, path in dists.items():
+        try:
+            os.link(path, dest / name)
+        except OSError:
+            shutil.copy2(path, dest / name)
+
+
+def run_pip(cmd: Sequence[str], echo: Callable[[str], None]) -> Tuple[int, str]:
+    """Run pip, echoing its lines; returns (exit code, whole output)."""
+    lines: List[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            echo(line.rstrip("\n"))
+    return proc.returncode, "".join(lines)
+
+
+def place(dest: Path, mirror: Path, urls: Dict[str, str], fallback_url: str) -> List[Artifact]:
+    """Move pip's files into simple/<project>/; one Artifact (with its sha256) per file pip used."""
+    placed: List[Artifact] = []
+    for path in sorted(dest.iterdir()):
+        if not path.name.endswith(_DIST_SUFFIXES):
+            continue
+        project = project_of(path.name)
+        final = mirror / SIMPLE / project / path.name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        digest = sha256_file(path).hexdigest()
+        os.replace(path, final)
+        placed.append(Artifact(key=f"pip:{project}", path=f"{SIMPLE}/{project}/{path.name}",
+                               url=urls.get(path.name, fallback_url), sha256=digest,
+                               size=final.stat().st_size, source="pip"))
+    return placed
+
+
+def write_index(mirror: Path, hashes: Dict[str, str]) -> None:
+    """simple/index.html and simple/<project>/index.html (PEP 503) for the files present.
+
+    ``hashes``: mirror path -> sha256 (from the manifest); missing ones are computed.
+    """
+    root = mirror / SIMPLE
+    if not root.is_dir():
+        return
+    projects = sorted(p for p in root.iterdir() if p.is_dir())
+    for project in projects:
+        links = []
+        for dist in sorted(project.iterdir()):
+            if not dist.name.endswith(_DIST_SUFFIXES):
+                continue
+            digest = hashes.get(f"{SIMPLE}/{project.name}/{dist.name}") or sha256_file(dist).hexdigest()
+            name = html.escape(dist.name)
+            links.append(f'    <a href="{name}#sha256={digest}">{name}</a><br>\n')
+        (project / "index.html").write_text(_page(f"Links for {project.name}", "".join(links)), encoding="utf-8")
+    index = "".join(f'    <a href="{p.name}/">{p.name}</a><br>\n' for p in projects)
+    (root / "index.html").write_text(_page("Simple index", index), encoding="utf-8")
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html>\n<html>\n  <head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+            f"<title>{title}</title></head>\n  <body>\n    <h1>{title}</h1>\n{body}  </body>\n</html>\n")
+
+
+def download(opts: PipOptions, mirror: Path, echo: Callable[[str], None]) -> Tuple[List[Artifact], Optional[str]]:
+    """Run the pip hook; returns (artifacts placed, error message or None)."""
+    dest = mirror / ".pip-download"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    try:
+        seeded = existing_dists(mirror)
+        seed(dest, seeded)
+        code, output = run_pip(pip_command(opts, dest), echo)
+        if code != 0:
+            return [], f"pip download failed (exit {code}); see its output above"
+        for name in seeded:  # already in the mirror: keep the mirror's copy
+            (dest / name).unlink()
+        fallback = f"pip:{opts.index_url or 'configured index'}"
+        return place(dest, mirror, source_urls(output), fallback), None
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
