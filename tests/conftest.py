@@ -5,10 +5,80 @@ Tests import the logic as ``from module_utils import NAME`` (for example
 ``ansible.module_utils.NAME``.
 """
 
+import os
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
+from typing import Callable, Dict
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+
+# --------------------------------------------------------------------------
+# The real verl sdists from PyPI: downloaded once per machine into
+# $VERL_PASCAL_SDIST_CACHE (default ~/.cache/verl-pascal/sdists); tests that
+# need them skip, saying why, when PyPI cannot be reached.
+# --------------------------------------------------------------------------
+
+
+def _cache_dir() -> Path:
+    default = Path.home() / ".cache" / "verl-pascal" / "sdists"
+    return Path(os.environ.get("VERL_PASCAL_SDIST_CACHE", str(default))).expanduser()
+
+
+@pytest.fixture(scope="session")
+def sdist() -> Callable[[str], Path]:
+    """Path of verl==version's sdist, downloaded with pip into the cache the first time."""
+    cache = _cache_dir()
+    failures: Dict[str, str] = {}
+
+    def get(version: str) -> Path:
+        target = cache / ("verl-%s.tar.gz" % version)
+        if target.is_file():
+            return target
+        if version in failures:
+            pytest.skip(failures[version])
+        cache.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        cmd += ["verl==%s" % version, "-d", str(cache)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            detail = [str(exc)]
+        if not target.is_file():
+            failures[version] = "cannot download the verl %s sdist from PyPI (%s): %s" % (
+                version,
+                " ".join(cmd),
+                " | ".join(detail),
+            )
+            pytest.skip(failures[version])
+        return target
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def extracted(sdist: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Pristine unpacked sdist root per version (shared: tests copy it, never patch it)."""
+    done: Dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in done:
+            dest = tmp_path_factory.mktemp("verl-sdist-%s" % version)
+            with tarfile.open(str(sdist(version))) as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(str(dest), filter="data")
+                else:  # pragma: no cover - Pythons without PEP 706
+                    tar.extractall(str(dest))
+            done[version] = dest / ("verl-%s" % version)
+            assert (done[version] / "verl" / "version" / "version").is_file()
+        return done[version]
+
+    return get
