@@ -1,0 +1,140 @@
+"""The PPO launch script template (templates/verl-ppo.sh.j2), rendered with the
+filters Ansible gives it, then run: syntax, shellcheck, --dry-run, the vLLM
+refusal on Pascal. Its --check-config against a real verl runs in Molecule."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO / "templates" / "verl-ppo.sh.j2"
+PLACEBOS = ("TRITON_MAX_SHARED_MEMORY", "VLLM_DTYPE", "VLLM_NO_LONG_CTX_OPTIMIZATION", "cpu_offload", "offload_params")
+
+BASE = {
+    "ansible_managed": "Ansible managed",
+    "launch_gpu_summary": "1 x Tesla P40 (24576 MiB, compute capability 6.1), profile pascal",
+    "conda_env_prefix": "/opt/miniforge3/envs/verl-p40",
+    "cuda_toolkit_path": "/usr/local/cuda-11.8",
+    "launch_script_path": "/opt/verl-pascal/bin/verl-ppo",
+    "launch_runs_dir": "/opt/verl-pascal/runs",
+    "launch_data_dir": "/opt/verl-pascal/data/gsm8k",
+    "launch_model_dir": "/opt/verl-pascal/models/Qwen2.5-0.5B-Instruct",
+    "launch_min_compute_cap": "6.1",
+    "launch_pytorch_cuda_alloc_conf": "max_split_size_mb:128",
+    "launch_train_batch_size": 32,
+    "launch_ppo_mini_batch_size": 16,
+    "launch_micro_batch_size": 4,
+    "launch_max_prompt_length": 256,
+    "launch_max_response_length": 256,
+    "launch_param_offload": "False",
+    "launch_optimizer_offload": "True",
+    "launch_gpus": 1,
+    "launch_project_name": "verl-pascal-gsm8k",
+    "launch_total_epochs": 1,
+    "launch_save_freq": -1,
+    "launch_test_freq": -1,
+    "launch_profile": "pascal",
+    "launch_rollout": "hf",
+}
+
+
+def ansible_bool(value: object) -> bool:
+    return str(value).lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def render(tmp_path: Path, **overrides: object) -> Path:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["quote"] = lambda s: shlex.quote(str(s))
+    env.filters["bool"] = ansible_bool
+    script = tmp_path / "verl-ppo"
+    script.write_text(env.from_string(TEMPLATE.read_text()).render(**{**BASE, **overrides}))
+    script.chmod(0o755)
+    return script
+
+
+def run(script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60)
+
+
+def dry_run_args(script: Path, *args: str) -> list[str]:
+    proc = run(script, "--dry-run", *args)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout)
+
+
+@pytest.mark.parametrize("profile", ["pascal", "native"])
+def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path: Path, profile: str) -> None:
+    script = render(tmp_path, launch_profile=profile)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (make setup installs it)")
+    proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_dry_run_shows_the_pascal_settings(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path))
+    assert argv[:3] == ["/opt/miniforge3/envs/verl-p40/bin/python", "-m", "verl.trainer.main_ppo"]
+    for expected in [
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "critic.model.use_remove_padding=False",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype=fp32",
+        "+critic.model.fsdp_config.mixed_precision.buffer_dtype=fp32",
+        "+actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+        "data.train_batch_size=32",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "algorithm.use_kl_in_reward=True",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "data.train_files=/opt/verl-pascal/data/gsm8k/train.parquet",
+    ]:
+        assert expected in argv, expected
+    assert not any(p in " ".join(argv) for p in PLACEBOS)
+
+
+def test_native_profile_keeps_verls_defaults(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path, launch_profile="native", launch_rollout="vllm"))
+    assert "actor_rollout_ref.rollout.name=vllm" in argv
+    assert not any("mixed_precision" in a or "use_torch_compile" in a for a in argv)
+
+
+def test_extra_arguments_pass_through_last(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path), "trainer.total_epochs=3", "data.train_batch_size=8")
+    assert argv[-2:] == ["trainer.total_epochs=3", "data.train_batch_size=8"]
+
+
+def test_vllm_is_refused_below_compute_capability_7(tmp_path: Path) -> None:
+    proc = run(render(tmp_path), "--dry-run", "actor_rollout_ref.rollout.name=vllm")
+    assert proc.returncode == 2
+    assert "7.0" in proc.stderr and "rollout.name=hf" in proc.stderr
+
+
+def test_vllm_is_allowed_where_the_gpu_supports_it(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path, launch_min_compute_cap="8.0"), "actor_rollout_ref.rollout.name=vllm")
+    assert argv[-1] == "actor_rollout_ref.rollout.name=vllm"
+
+
+def test_no_placebo_variable_is_exported(tmp_path: Path) -> None:
+    text = render(tmp_path).read_text()
+    assert not any(p in text for p in PLACEBOS)
+    assert "export HYDRA_FULL_ERROR=1" in text and "export PYTORCH_CUDA_ALLOC_CONF=" in text
+
+
+def test_check_config_reports_a_rejected_override(tmp_path: Path) -> None:
+    """--check-config fails with verl's message when the composition fails (here:
+    no verl at all behind the env's python, the state of a broken install)."""
+    script = render(tmp_path, conda_env_prefix=str(tmp_path / "no-env"))
+    proc = run(script, "--check-config")
+    assert proc.returncode == 1
+    assert "rejects the configuration" in proc.stderr
