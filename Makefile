@@ -26,7 +26,8 @@ $(VENV)/.installed: requirements-dev.txt
 lint: venv
 	$(BIN)/yamllint --strict .
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production
-	shellcheck scripts/*.sh scripts/standins/*.sh scripts/standins/nvcc scripts/standins/nvidia-smi scripts/standins/cuda-uninstaller
+	shellcheck scripts/*.sh scripts/standins/*.sh scripts/standins/nvcc scripts/standins/nvidia-smi scripts/standins/cuda-uninstaller \
+	  scripts/standins/miniforge/installer-header.sh scripts/standins/miniforge/conda.sh scripts/standins/miniforge/condabin-conda
 
 unit: venv
 	$(BIN)/python -m pytest tests

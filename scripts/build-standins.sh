@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build the STAND-IN artifacts for what CI cannot download (DESIGN.md section 5):
 # a CUDA 11.8 runfile (a real makeself archive honouring the real installer's
-# flags) and a cuDNN 8.9.7 tarball with the real name and layout, plus a
-# stand-in nvidia-smi answering like a Tesla P40. Output, in OUT (default
-# .cache/standins):
-#   mirror/<artifact file names>, mirror/SHA256SUMS, mirror/manifest.json
+# flags) and a cuDNN 8.9.7 tarball with the real name and layout, a Miniforge
+# installer whose conda runs on the container's python3, an apex source archive
+# with tiny real C extensions, the real torch CPU wheel (from the pip find-links
+# folder) with its dependencies as a PEP 503 index, plus a stand-in nvidia-smi
+# answering like a Tesla P40. Output, in OUT (default .cache/standins):
+#   mirror/<artifact file names>, mirror/simple/ (PEP 503), mirror/SHA256SUMS, mirror/manifest.json
 #   nvidia-smi
 #   standins.yml   the lock entries (sha256, size) that point at the stand-ins
 # Rebuilt only when the sources change. Real boxes never see these files.
@@ -15,8 +17,14 @@ src=$here/standins
 out=${1:-$(cd "$here/.." && pwd)/.cache/standins}
 cuda_name=cuda_11.8.0_520.61.05_linux.run
 cudnn_top=cudnn-linux-x86_64-8.9.7.29_cuda11-archive
+miniforge_name=Miniforge3-26.3.2-3-Linux-x86_64.sh
+apex_top=apex-24.04.01
 
-stamp=$( (cat "$0"; cat "$src"/*) | sha256sum | cut -d' ' -f1)
+# The torch wheel in the pip find-links folder (VERL_PASCAL_WHEELS_DIR, default:
+# what `pip config get global.find-links` prints) is part of the input.
+wheels=${VERL_PASCAL_WHEELS_DIR:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}
+stamp=$( (cat "$0"; find "$src" -type f -print0 | sort -z | xargs -0 cat; ls -l "$wheels"/torch-*.whl 2>/dev/null || true) |
+  sha256sum | cut -d' ' -f1)
 if [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
   echo "build-standins: up to date in $out"
   exit 0
@@ -85,9 +93,71 @@ done
 echo "verl-pascal STAND-IN for the cuDNN license text." >"$top/LICENSE"
 tar -C "$work" --owner=0 --group=0 -cJf "$out/mirror/$cudnn_top.tar.xz" "$cudnn_top"
 
+# --- Miniforge installer (STAND-IN) ------------------------------------------
+# A self-extracting shell installer like the real one (-b -p PREFIX, -u); its
+# conda runs on the container's python3 (scripts/standins/miniforge/conda).
+mf=$work/miniforge
+mkdir -p "$mf/bin" "$mf/condabin" "$mf/etc/profile.d"
+install -m 0755 "$src/miniforge/conda" "$mf/bin/conda"
+install -m 0755 "$src/miniforge/condabin-conda" "$mf/condabin/conda"
+install -m 0644 "$src/miniforge/conda.sh" "$mf/etc/profile.d/conda.sh"
+{ cat "$src/miniforge/installer-header.sh"; tar -C "$mf" --owner=0 --group=0 -czf - .; } >"$out/mirror/$miniforge_name"
+chmod 0755 "$out/mirror/$miniforge_name"
+
+# --- apex source archive (STAND-IN) -----------------------------------------
+# Compiles two tiny real C extensions, honours both flag styles, records the
+# arch list and job count it was built with (scripts/standins/apex/setup.py).
+mkdir -p "$work/$apex_top"
+cp -r "$src/apex/." "$work/$apex_top/"
+tar -C "$work" --owner=0 --group=0 --mtime=@0 --sort=name -czf "$out/mirror/$apex_top.tar.gz" "$apex_top"
+
+# --- torch and its dependencies as a PEP 503 index (mirror/simple/) -----------
+# The real torch CPU wheel from the find-links folder stands in for the cu118
+# build; its dependencies (and apex's build requirements) are fetched once with
+# pip download into a cache that outlives rebuilds, then hard-linked here.
+torch_whl=$(find "$wheels" -maxdepth 1 -name 'torch-*-cp311-*.whl' 2>/dev/null | sort | tail -n 1)
+if [[ -z $torch_whl ]]; then
+  echo "build-standins: no torch wheel for Python 3.11 in '$wheels'; set VERL_PASCAL_WHEELS_DIR" >&2
+  exit 1
+fi
+torch_standin_version=$(basename "$torch_whl" | cut -d- -f2)
+downloads=${VERL_PASCAL_PIP_DOWNLOADS:-$(dirname "$out")/pip-downloads}
+wanted="torch==$torch_standin_version setuptools wheel packaging ninja"
+if [[ ! -f $downloads/.requirements || $(cat "$downloads/.requirements") != "$wanted" ]]; then
+  mkdir -p "$downloads"
+  # shellcheck disable=SC2086 # a list of requirements
+  python3 -m pip download --quiet --only-binary=:all: --find-links "$wheels" --dest "$downloads" $wanted
+  echo "$wanted" >"$downloads/.requirements"
+fi
+python3 - "$downloads" "$out/mirror/simple" <<'PY'
+import hashlib, html, os, re, shutil, sys, urllib.parse
+src, simple = sys.argv[1:]
+projects = {}
+for name in sorted(os.listdir(src)):
+    if not name.endswith((".whl", ".tar.gz")):
+        continue
+    project = re.sub(r"[-_.]+", "-", name.split("-")[0]).lower()
+    os.makedirs(os.path.join(simple, project), exist_ok=True)
+    dest = os.path.join(simple, project, name)
+    try:
+        os.link(os.path.join(src, name), dest)
+    except OSError:
+        shutil.copyfile(os.path.join(src, name), dest)
+    digest = hashlib.sha256(open(dest, "rb").read()).hexdigest()
+    projects.setdefault(project, []).append((name, digest))
+for project, files in projects.items():
+    links = "".join(f'<a href="{urllib.parse.quote(n)}#sha256={d}">{html.escape(n)}</a><br>\n' for n, d in files)
+    with open(os.path.join(simple, project, "index.html"), "w") as f:
+        f.write(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+with open(os.path.join(simple, "index.html"), "w") as f:
+    f.write("<!DOCTYPE html>\n<html><body>\n")
+    f.write("".join(f'<a href="{p}/">{p}</a><br>\n' for p in sorted(projects)))
+    f.write("</body></html>\n")
+PY
+
 # --- nvidia-smi, checksums, manifest, lock overrides -------------------------
 install -m 0755 "$src/nvidia-smi" "$out/nvidia-smi"
-(cd "$out/mirror" && sha256sum -- *.run *.tar.xz >SHA256SUMS)
+(cd "$out/mirror" && sha256sum -- *.run *.tar.xz *.sh *.tar.gz >SHA256SUMS)
 sum() { sha256sum "$out/mirror/$1" | cut -d' ' -f1; }
 size() { stat -c %s "$out/mirror/$1"; }
 python3 - "$out/mirror" <<'PY'
@@ -95,7 +165,7 @@ import hashlib, json, os, sys
 mirror = sys.argv[1]
 entries = []
 for name in sorted(os.listdir(mirror)):
-    if name in ("SHA256SUMS", "manifest.json"):
+    if name in ("SHA256SUMS", "manifest.json") or os.path.isdir(os.path.join(mirror, name)):
         continue
     data = open(os.path.join(mirror, name), "rb").read()
     entries.append({"name": name, "url": "stand-in", "size": len(data),
@@ -110,6 +180,12 @@ cuda_runfile_sha256: $(sum "$cuda_name")
 cuda_runfile_size: $(size "$cuda_name")
 cudnn_archive_sha256: $(sum "$cudnn_top.tar.xz")
 cudnn_archive_size: $(size "$cudnn_top.tar.xz")
+miniforge_sha256: $(sum "$miniforge_name")
+apex_archive_sha256: $(sum "$apex_top.tar.gz")
+python_version: "3.11.2"  # STAND-IN override: the stand-in conda can only provide the container's Python (Debian 12)
+torch_version: "$torch_standin_version"  # STAND-IN override: the real CPU wheel from the pip find-links folder
+torchvision_version: ""  # STAND-IN override: skipped (no CPU wheel here)
+torchaudio_version: ""  # STAND-IN override: skipped (no CPU wheel here)
 YML
 echo "$stamp" >"$out/.stamp"
 echo "build-standins: built in $out"

@@ -21,8 +21,12 @@ fi
 podman run -d --name "$name" --network host \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
   -v "$VERL_PASCAL_APT_CACHE:/var/cache/apt/archives" \
+  -v "$VERL_PASCAL_PIP_CACHE:/var/cache/verl-pascal-test/pip" \
   "$VERL_PASCAL_IMAGE" sleep infinity >/dev/null
 podman cp "$VERL_PASCAL_STANDINS/nvidia-smi" "$name:/usr/bin/nvidia-smi"
+# The STAND-IN conda makes envs with the container's python3 (a real Miniforge
+# brings its own Python and headers).
+podman exec "$name" sh -c 'apt-get update -qq && apt-get install -y -qq python3-venv python3-dev >/dev/null'
 
 # The real inventory, with p40-box pointed at the container and the mirror.
 mkdir -p "$cache/demo"
