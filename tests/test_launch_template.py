@@ -7,13 +7,16 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-import jinja2
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TEMPLATE = REPO / "templates" / "verl-ppo.sh.j2"
+sys.path.insert(0, str(REPO / "tools"))
+
+from verl_pascal_launch import render as launch_render  # noqa: E402
+
 PLACEBOS = ("TRITON_MAX_SHARED_MEMORY", "VLLM_DTYPE", "VLLM_NO_LONG_CTX_OPTIMIZATION", "cpu_offload", "offload_params")
 
 BASE = {
@@ -25,37 +28,13 @@ BASE = {
     "launch_runs_dir": "/opt/verl-pascal/runs",
     "launch_data_dir": "/opt/verl-pascal/data/gsm8k",
     "launch_model_dir": "/opt/verl-pascal/models/Qwen2.5-0.5B-Instruct",
-    "launch_min_compute_cap": "6.1",
-    "launch_pytorch_cuda_alloc_conf": "max_split_size_mb:128",
-    "launch_train_batch_size": 32,
-    "launch_ppo_mini_batch_size": 16,
-    "launch_micro_batch_size": 4,
-    "launch_max_prompt_length": 256,
-    "launch_max_response_length": 256,
     "launch_param_offload": "False",
     "launch_optimizer_offload": "True",
-    "launch_gpus": 1,
-    "launch_project_name": "verl-pascal-gsm8k",
-    "launch_total_epochs": 1,
-    "launch_save_freq": -1,
-    "launch_test_freq": -1,
-    "launch_profile": "pascal",
-    "launch_rollout": "hf",
 }
 
 
-def ansible_bool(value: object) -> bool:
-    return str(value).lower() in ("1", "true", "yes", "on", "y", "t")
-
-
 def render(tmp_path: Path, **overrides: object) -> Path:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["quote"] = lambda s: shlex.quote(str(s))
-    env.filters["bool"] = ansible_bool
-    script = tmp_path / "verl-ppo"
-    script.write_text(env.from_string(TEMPLATE.read_text()).render(**{**BASE, **overrides}))
-    script.chmod(0o755)
-    return script
+    return Path(launch_render.write(str(tmp_path / "verl-ppo"), {**BASE, **overrides}))
 
 
 def run(script: Path, *args: str) -> subprocess.CompletedProcess:

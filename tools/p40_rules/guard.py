@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -74,11 +74,13 @@ class P40RulesMode(TorchDispatchMode):
     """Fails (or records) every op that breaks a P40 rule."""
 
     def __init__(self, devices: Sequence[str] = ("cuda",), raise_on_violation: bool = True,
-                 on_violation: Optional[Callable[[Violation], None]] = None) -> None:
+                 on_violation: Optional[Callable[[Violation], None]] = None,
+                 every_n_ops: Optional[Tuple[int, Callable[[], None]]] = None) -> None:
         super().__init__()
         self.devices = tuple(devices)
         self.raise_on_violation = raise_on_violation
         self.on_violation = on_violation
+        self.every_n_ops = every_n_ops
         self.violations: List[Violation] = []
         self.ops_seen = 0
 
@@ -86,6 +88,8 @@ class P40RulesMode(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func)
         self.ops_seen += 1
+        if self.every_n_ops is not None and self.ops_seen % self.every_n_ops[0] == 0:
+            self.every_n_ops[1]()
         early = judge(name, (args, kwargs), None, self.devices)
         if early is not None:
             self._report(early)
@@ -111,6 +115,7 @@ class Settings:
     devices: Sequence[str] = ("cuda",)
     report_dir: Optional[str] = None
     raise_on_violation: bool = True
+    guard: bool = True
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> "Settings":
@@ -120,6 +125,7 @@ class Settings:
             devices=tuple(d for d in env.get("P40_RULES_DEVICES", "cuda").split(",") if d),
             report_dir=env.get("P40_RULES_REPORT_DIR") or None,
             raise_on_violation=env.get("P40_RULES_MODE", "fail") != "record",
+            guard=env.get("P40_RULES_GUARD", "1") != "0",
         )
 
 
@@ -137,6 +143,31 @@ def _write(report_dir: Optional[str], kind: str, payload: Dict[str, Any]) -> Non
     path = os.path.join(report_dir, f"{kind}-{os.getpid()}.jsonl")
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({"pid": os.getpid(), "time": time.time(), **payload}) + "\n")
+
+
+def _write_summary(report_dir: Optional[str], mode: "P40RulesMode") -> None:
+    """Overwrite this process's summary: ops seen, violations, peak memory."""
+    if not report_dir:
+        return
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, f"summary-{os.getpid()}.json")
+    payload = {"pid": os.getpid(), "time": time.time(), "ops_seen": mode.ops_seen,
+               "violations": len(mode.violations), **_peak_memory()}
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(payload, f)
+    os.replace(path + ".tmp", path)
+
+
+def summaries_in(report_dir: str) -> List[Dict[str, Any]]:
+    """The latest summary of every process that reported under report_dir."""
+    if not os.path.isdir(report_dir):
+        return []
+    found = []
+    for name in sorted(os.listdir(report_dir)):
+        if name.startswith("summary-") and name.endswith(".json"):
+            with open(os.path.join(report_dir, name), encoding="utf-8") as f:
+                found.append(json.load(f))
+    return found
 
 
 def apply_cuda_rules(settings: Settings) -> None:
@@ -175,12 +206,18 @@ def activate(settings: Settings) -> P40RulesMode:
         apply_cuda_rules(settings)
     else:
         torch.cuda._lazy_call(lambda: apply_cuda_rules(settings))  # noqa: SLF001
+    def summary() -> None:
+        _write_summary(settings.report_dir, mode)
+
+    # Ray kills its workers at shutdown (no atexit), so the summary with the
+    # peak memory is also rewritten every 20000 ops.
     mode = P40RulesMode(settings.devices, settings.raise_on_violation,
-                        on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)))
-    mode.__enter__()
-    _enter_in_new_threads(mode)
-    atexit.register(lambda: _write(settings.report_dir, "summary",
-                                   {"ops_seen": mode.ops_seen, "violations": len(mode.violations), **_peak_memory()}))
+                        on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)),
+                        every_n_ops=(20000, summary))
+    if settings.guard:  # off only to measure the guard's own cost
+        mode.__enter__()
+        _enter_in_new_threads(mode)
+    atexit.register(summary)
     _ACTIVE = mode
     return mode
 

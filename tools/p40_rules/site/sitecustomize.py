@@ -3,7 +3,8 @@ PYTHONPATH and P40_RULES=1 in its environment: Ray's worker processes inherit
 both, so the whole run is guarded. Settings: P40_RULES_MEMORY_GIB (default 22,
 "none" for no cap), P40_RULES_DEVICES (default cuda), P40_RULES_REPORT_DIR
 (violations and per-process peak memory as JSON lines), P40_RULES_MODE
-(fail, the default, or record)."""
+(fail, the default, or record), P40_RULES_GUARD (0: cap and TF32 only,
+to measure the guard's own cost)."""
 
 import os
 import sys

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""PPO on GSM8K under P40 rules, on any CUDA host (a real P40 included).
+
+Everything comes from the project: verl's sdist patched by bin/verl-patch,
+GSM8K-format problems turned into verl parquet by the project's converter, a
+random-weight Qwen2 made by tools/verl_pascal_models, and the launch script
+rendered from templates/verl-ppo.sh.j2. The run goes through
+`python -m verl.trainer.main_ppo` (actor, critic, reference, HF rollout, GAE,
+GSM8K rule reward) with the P40-rules guard active in every process
+(allocator cap, TF32 off, any bf16/fp16 result or flash/cuDNN attention
+kernel on the GPU fails the run).
+
+--control restores verl's bf16 autocasts after patching (the negative
+control): the guard must fail that run.
+
+Prints one JSON line per run: steps completed, seconds per step, generated
+tokens per second, peak GPU memory per process, violations, and the error if
+the run failed. Times are the host GPU's; memory carries over to a P40.
+
+    python3 bench/ppo_p40_rules.py --verl-sdist verl-0.5.0.tar.gz --shape tiny --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+STEP_RE = re.compile(r"step:(\d+) - (.*)")
+
+
+def sh(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), text=True, **kw)
+
+
+def prepare_verl(sdist: str, work: str, attn: str, control: bool) -> str:
+    src = os.path.join(work, "verl-src")
+    if os.path.isdir(src):
+        shutil.rmtree(src)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, filter="data")
+    top = os.path.join(work, os.path.basename(sdist)[: -len(".tar.gz")])
+    os.rename(top, src)
+    proc = sh([sys.executable, os.path.join(REPO, "bin", "verl-patch"), "--source", src, "--profile", "pascal",
+               "--attn", attn, "--json"], capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"verl-patch failed: {proc.stderr}")
+    if control:
+        restore_autocasts(src)
+    return src
+
+
+def restore_autocasts(src: str) -> None:
+    """Negative control: put verl's bf16 autocasts back where the patcher disabled them."""
+    manifest = json.load(open(os.path.join(src, "verl", ".verl_pascal_patch.json")))
+    for site in manifest["sites"]:
+        if site["kind"] != "autocast_bf16":
+            continue
+        path = os.path.join(src, site["file"])
+        text = open(path).read()
+        if site["after"] in text:
+            open(path, "w").write(text.replace(site["after"], site["before"], 1))
+
+
+def prepare_data(work: str, count: int) -> str:
+    from verl_pascal_data import generate, gsm8k
+
+    out = os.path.join(work, "data")
+    for split, seed in (("train", 0), ("test", 1)):
+        rows = gsm8k.convert(generate.problems(count, seed=seed), split)
+        gsm8k.write_if_changed(os.path.join(out, f"{split}.parquet"), gsm8k.parquet_bytes(rows))
+    return out
+
+
+def prepare_model(work: str, shape: str) -> str:
+    from verl_pascal_models import make_model
+
+    out = os.path.join(work, f"model-{shape}")
+    if not os.path.isfile(os.path.join(out, "verl-pascal-model.json")):
+        make_model.make(shape, out)
+    return out
+
+
+def render_launch(work: str, data: str, model: str, args: argparse.Namespace) -> str:
+    from verl_pascal_launch import render
+
+    return render.write(os.path.join(work, "verl-ppo"), {
+        "conda_env_prefix": os.path.dirname(os.path.dirname(sys.executable)),
+        "launch_script_path": os.path.join(work, "verl-ppo"),
+        "launch_runs_dir": os.path.join(work, "runs"),
+        "launch_data_dir": data,
+        "launch_model_dir": model,
+        "launch_train_batch_size": args.train_batch,
+        "launch_ppo_mini_batch_size": args.mini_batch or args.train_batch,
+        "launch_micro_batch_size": args.micro_batch,
+        "launch_param_offload": args.offload,
+        "launch_optimizer_offload": args.offload,
+        "launch_max_prompt_length": args.prompt_length,
+        "launch_max_response_length": args.response_length,
+    })
+
+
+def parse_steps(log: str) -> List[Dict[str, float]]:
+    steps = []
+    for match in STEP_RE.finditer(log):
+        metrics = {}
+        for part in match.group(2).split(" - "):
+            key, _, value = part.partition(":")
+            value = value.strip()
+            if value.startswith("np.float64(") and value.endswith(")"):
+                value = value[len("np.float64("):-1]
+            try:
+                metrics[key.strip()] = float(value)
+            except ValueError:
+                pass
+        metrics["step"] = float(match.group(1))
+        steps.append(metrics)
+    return steps
+
+
+def summaries(report: str) -> Dict[str, Any]:
+    from p40_rules.guard import summaries_in, violations_in
+
+    procs = [{k: round(s[k], 2) if isinstance(s[k], float) else s[k] for k in ("pid", "max_allocated_gib", "max_reserved_gib")}
+             for s in summaries_in(report) if s.get("max_allocated_gib") is not None]
+    violations = list(violations_in(report))
+    return {"gpu_processes": procs, "violations": len(violations),
+            "first_violation": violations[0] if violations else None}
+
+
+class SmiSampler:
+    """Peak GPU memory per process as nvidia-smi sees it (CUDA context included)."""
+
+    def __init__(self, every_s: float = 2.0) -> None:
+        import threading
+
+        self.peaks: Dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(every_s,), daemon=True)
+
+    def _loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            out = sh(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                     capture_output=True).stdout
+            for line in out.splitlines():
+                pid, _, mib = line.partition(",")
+                if mib.strip().isdigit():
+                    self.peaks[pid.strip()] = max(self.peaks.get(pid.strip(), 0), int(mib))
+
+    def __enter__(self) -> "SmiSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    work = os.path.abspath(args.work)
+    os.makedirs(work, exist_ok=True)
+    src = prepare_verl(args.verl_sdist, work, args.attn, args.control)
+    script = render_launch(work, prepare_data(work, args.problems), prepare_model(work, args.shape), args)
+    report = os.path.join(work, "p40-rules")
+    shutil.rmtree(report, ignore_errors=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tools", "p40_rules", "site"), src,
+                                       os.environ.get("PYTHONPATH", "")]),
+        "P40_RULES": "1",
+        "P40_RULES_MEMORY_GIB": str(args.memory_gib),
+        "P40_RULES_REPORT_DIR": report,
+        "P40_RULES_GUARD": "0" if args.no_guard else "1",
+        "RAY_DEDUP_LOGS": "0",
+    }
+    extra = [f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=False",
+             f"trainer.experiment_name={args.shape}-b{args.train_batch}-{args.attn}"] + args.override
+    start = time.time()
+    log_path = os.path.join(work, "last-run.log")
+    with SmiSampler() as smi, open(log_path, "w") as log_file:
+        proc = subprocess.Popen([script, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            returncode = -1
+    with open(log_path, errors="replace") as f:
+        log = f.read()
+    steps = parse_steps(log)
+    error = None
+    if returncode != 0 or len(steps) < args.steps:
+        tail = [l for l in log.splitlines() if re.search(r"Error|error|P40 rule|Traceback", l)]
+        error = (tail[-1] if tail else log.splitlines()[-1] if log else "no output")[:400]
+    step_s = [s.get("timing_s/step") for s in steps if "timing_s/step" in s]
+    gen_tokens = [s.get("response_length/mean", 0) * args.train_batch / s["timing_s/gen"]
+                  for s in steps if s.get("timing_s/gen")]
+    return {
+        "shape": args.shape, "train_batch": args.train_batch, "micro_batch": args.micro_batch,
+        "attn": args.attn, "offload": args.offload, "control": args.control, "guard": not args.no_guard, "memory_cap_gib": args.memory_gib,
+        "steps_done": len(steps), "steps_asked": args.steps, "wall_s": round(time.time() - start, 1),
+        "s_per_step": [round(x, 2) for x in step_s],
+        "gen_tokens_per_s": [round(x, 1) for x in gen_tokens],
+        "critic_score_mean": [round(s.get("critic/score/mean", float("nan")), 3) for s in steps],
+        "nvidia_smi_peak_mib": smi.peaks, "error": error, **summaries(report),
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--verl-sdist", required=True)
+    p.add_argument("--work", default="/tmp/verl-pascal-ppo")
+    p.add_argument("--shape", default="tiny", choices=["tiny", "qwen2.5-0.5b"])
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--train-batch", type=int, default=8)
+    p.add_argument("--mini-batch", type=int, default=0)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--offload", action="store_true")
+    p.add_argument("--prompt-length", type=int, default=256)
+    p.add_argument("--response-length", type=int, default=256)
+    p.add_argument("--problems", type=int, default=512)
+    p.add_argument("--memory-gib", type=float, default=22.0)
+    p.add_argument("--no-guard", action="store_true", help="memory cap and TF32 off only, no op guard (to measure its cost)")
+    p.add_argument("--control", action="store_true", help="restore verl's bf16 autocasts: the guard must fail the run")
+    p.add_argument("--timeout", type=int, default=3000)
+    p.add_argument("--override", action="append", default=[], help="extra Hydra override")
+    args = p.parse_args(argv)
+    result = run(args)
+    print(json.dumps(result))
+    ok = result["error"] is None and result["violations"] == 0
+    return 0 if ok != args.control else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

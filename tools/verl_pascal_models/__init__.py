@@ -1,0 +1,1 @@
+"""Random-weight Qwen2 models and a tokenizer trained here, for runs without the hub."""
