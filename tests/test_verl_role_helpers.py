@@ -1,0 +1,123 @@
+"""Tests for the verl role's Python helpers: scripts/lock_filter.py (what the
+dependency locks leave to the pytorch role) and roles/verl/files/verl_env_probe.py
+(how the role reads the env), plus the committed locks themselves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCKS = ROOT / "roles" / "verl" / "files" / "locks"
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lock_filter = load(ROOT / "scripts" / "lock_filter.py")
+probe = load(ROOT / "roles" / "verl" / "files" / "verl_env_probe.py")
+
+COMPILED = """\
+accelerate==1.15.0        # via peft, -r requirements.in
+cuda-bindings==13.5.0     # via torch
+cuda-pathfinder==1.9.1    # via cuda-bindings
+filelock==4.1.0           # via datasets, torch
+jinja2==3.1.6             # via torch
+markupsafe==3.0.4         # via jinja2
+mpmath==1.3.0             # via sympy
+nvidia-cublas-cu12==12.4.5.8  # via nvidia-cudnn-cu12, torch
+nvidia-cudnn-cu12==9.1.0.70   # via torch
+Setuptools==80.10.2       # via torch, -r requirements.in
+sympy==1.14.0             # via torch
+torch==2.6.0              # via accelerate, -r /tmp/x/torch.txt
+triton==3.2.0             # via torch
+typing-extensions==4.16.0  # via torch, pydantic
+"""
+
+
+def names(lines):
+    return [line.split("==")[0] for line in lines if "==" in line]
+
+
+def test_filter_drops_torch_and_what_only_torch_needs():
+    out = lock_filter.filter_lock(COMPILED.splitlines(keepends=True))
+    assert names(out) == ["accelerate", "filelock", "Setuptools", "typing-extensions"]
+
+
+def test_filter_keeps_comments_and_unannotated_lines():
+    lines = ["# header\n", "\n", "six==1.17.0\n", "torch==2.6.0\n"]
+    assert lock_filter.filter_lock(lines) == ["# header\n", "\n", "six==1.17.0\n"]
+
+
+def test_filter_follows_chains_to_a_fixpoint():
+    lines = ["a==1  # via b\n", "b==1  # via c\n", "c==1  # via torch\n", "torch==2\n", "d==1  # via a, e\n"]
+    assert names(lock_filter.filter_lock(lines)) == ["d"]
+
+
+def test_filter_command_line():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "lock_filter.py")],
+        input=COMPILED, capture_output=True, text=True, check=True,
+    )
+    assert "torch==" not in done.stdout and "accelerate==1.15.0" in done.stdout
+
+
+LOCK_FILES = sorted(LOCKS.glob("verl-*/py*-torch*.txt"))
+
+
+def test_every_locked_release_has_both_pairs():
+    versions = sorted(p.name for p in LOCKS.glob("verl-*"))
+    assert versions, "no locks"
+    for version in versions:
+        got = sorted(p.name for p in (LOCKS / version).glob("py*-torch*.txt"))
+        assert got == ["py3.10-torch2.6.txt", "py3.11-torch2.13.txt"], version
+
+
+@pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+def test_locks_pin_exactly_and_leave_torch_alone(lock):
+    pins = [line.split("#")[0].strip() for line in lock.read_text().splitlines() if line and not line.startswith("#")]
+    assert pins
+    for pin in pins:
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", pin), pin
+        name = pin.split("==")[0].lower()
+        assert name not in ("torch", "triton") and not name.startswith(("nvidia-", "cuda-")), pin
+
+
+def test_probe_reads_this_python(capsys):
+    found = probe.probe()
+    assert found["python"] == "%d.%d" % sys.version_info[:2]
+    assert set(found) == {"python", "torch", "verl", "verl_dir"}
+
+
+def test_probe_reads_an_editable_verl(tmp_path, monkeypatch):
+    dist = tmp_path / "verl-0.5.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.5.0\n")
+    (dist / "direct_url.json").write_text(
+        json.dumps({"url": "file:///opt/verl%20pascal/verl/0.5.0-pascal/", "dir_info": {"editable": True}})
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = probe.probe()
+    assert found["verl"] == "0.5.0"
+    assert found["verl_dir"] == "/opt/verl pascal/verl/0.5.0-pascal"
+
+
+def test_probe_reports_a_non_editable_verl_without_a_dir(tmp_path, monkeypatch):
+    dist = tmp_path / "verl-0.4.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.4.1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = probe.probe()
+    assert (found["verl"], found["verl_dir"]) == ("0.4.1", None)
