@@ -51,5 +51,9 @@ standin_host_vars() {
   echo "# Generated: this host takes the STAND-IN artifacts from the local mirror."
   echo "artifact_mirror_url: $mirror_url"
   echo "pip_cache_dir: /var/cache/verl-pascal-test/pip  # the host's pip cache, mounted"
+  echo "# No hub from here: GSM8K-format problems made on the box, no model download."
+  echo "launch_gsm8k_source: generate"
+  echo "launch_gsm8k_generate_count: 64"
+  echo "launch_model_source: none"
   grep -v -e '^---' -e '^#' "$VERL_PASCAL_STANDINS/standins.yml"
 }
