@@ -10,7 +10,9 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Callable, Dict
+import json
+import shutil
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 
@@ -82,3 +84,44 @@ def extracted(sdist: Callable[[str], Path], tmp_path_factory: pytest.TempPathFac
         return done[version]
 
     return get
+
+
+# --------------------------------------------------------------------------
+# Running one of the project's modules for real, through `ansible`
+# --------------------------------------------------------------------------
+
+
+def ansible_tool(name: str) -> Optional[str]:
+    """An Ansible command next to this Python (the venv's), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(str(beside), os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+ANSIBLE = ansible_tool("ansible")
+
+
+def run_ansible_module(tmp_path: Path, module: str, args: str, *flags: str, timeout: int = 300) -> Dict[str, Any]:
+    """Run `module` from library/ on localhost; return the host's result dict."""
+    assert ANSIBLE is not None
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
+        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local",
+           "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", args, *flags]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        output = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from ansible (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    result: Dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return result

@@ -9,10 +9,7 @@ fake nvidia-smi scripts.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -558,15 +555,8 @@ def test_module_utils_is_stdlib_only() -> None:
 # --------------------------------------------------------------------------
 
 
-def _ansible_tool(name: str) -> Optional[str]:
-    """An ansible CLI next to this Python first, else on PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which(name)
+from conftest import ANSIBLE, ansible_tool, run_ansible_module  # noqa: E402
 
-
-ANSIBLE = _ansible_tool("ansible")
 needs_ansible = pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
 
 
@@ -586,48 +576,7 @@ def _fake_smi(tmp_path: Path, full: Tuple[int, str], fallback: Tuple[int, str]) 
 
 def _run_module(tmp_path: Path, args: str) -> Dict[str, Any]:
     """Run nvidia_gpu_facts on localhost; return the host's result dict."""
-    assert ANSIBLE is not None
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
-        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
-        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
-        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-        ANSIBLE_NOCOLOR="1",
-    )
-    proc = subprocess.run(
-        [
-            ANSIBLE,
-            "localhost",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-m",
-            "nvidia_gpu_facts",
-            "-a",
-            args,
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    try:
-        output = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(
-            f"no JSON from ansible (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-    result: Dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return result
+    return run_ansible_module(tmp_path, "nvidia_gpu_facts", args, timeout=120)
 
 
 @needs_ansible
@@ -719,7 +668,7 @@ def test_module_rejects_unknown_cuda_version(tmp_path: Path) -> None:
 
 @needs_ansible
 def test_module_documentation_renders() -> None:
-    doc = _ansible_tool("ansible-doc")
+    doc = ansible_tool("ansible-doc")
     if doc is None:
         pytest.skip("ansible-doc is not installed")
     proc = subprocess.run(

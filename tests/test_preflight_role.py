@@ -91,6 +91,16 @@ def run_preflight(tmp_path: Path, *extra: str, check: bool = False) -> tuple[sub
     return proc, facts
 
 
+def smi_answering(tmp_path: Path, line: str) -> Path:
+    """An nvidia-smi that answers one recorded CSV line (a case with no data file)."""
+    data = tmp_path / "answer.csv"
+    data.write_text(line + "\n")
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\ncat '{data}'\n")
+    script.chmod(0o755)
+    return script
+
+
 def smi(path: Path) -> str:
     return f"preflight_nvidia_smi={path}"
 
@@ -133,11 +143,7 @@ def test_old_driver_without_compute_cap_falls_back_to_the_name_table(tmp_path: P
 
 
 def test_driver_too_old_for_cuda_fails_with_what_to_do(tmp_path: Path) -> None:
-    old = tmp_path / "r418.csv"
-    old.write_text("Tesla P40, 6.1, 418.87.01, 24451, 24300\n")
-    script = tmp_path / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\ncat '{old}'\n")
-    script.chmod(0o755)
+    script = smi_answering(tmp_path, "Tesla P40, 6.1, 418.87.01, 24451, 24300")
     proc, _ = run_preflight(tmp_path, "-e", smi(script))
     assert proc.returncode != 0
     assert "418.87.01" in proc.stdout
@@ -164,11 +170,7 @@ def test_driver_without_gpus_fails(tmp_path: Path) -> None:
 
 
 def test_pre_pascal_gpu_is_refused(tmp_path: Path) -> None:
-    kepler = tmp_path / "k80.csv"
-    kepler.write_text("Tesla K80, 3.7, 470.256.02, 11441, 11300\n")
-    script = tmp_path / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\ncat '{kepler}'\n")
-    script.chmod(0o755)
+    script = smi_answering(tmp_path, "Tesla K80, 3.7, 470.256.02, 11441, 11300")
     proc, _ = run_preflight(tmp_path, "-e", smi(script))
     assert proc.returncode != 0
     assert "compute capability 6.0 or newer" in proc.stdout

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+from conftest import ANSIBLE, run_ansible_module
 
 from module_utils import verl_patch
 from module_utils.verl_patch import (
@@ -505,38 +506,8 @@ def test_table_lists_the_release_files() -> None:
 # --------------------------------------------------------------------------
 
 
-def _ansible() -> Optional[str]:
-    beside = Path(sys.executable).parent / "ansible"
-    if beside.is_file() and os.access(str(beside), os.X_OK):
-        return str(beside)
-    return shutil.which("ansible")
-
-
-ANSIBLE = _ansible()
-
-
 def run_module(tmp_path: Path, args: str, *flags: str) -> Dict[str, Any]:
-    assert ANSIBLE is not None
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
-        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
-        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
-        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-        ANSIBLE_NOCOLOR="1",
-    )
-    cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local"]
-    cmd += ["-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "verl_patch", "-a", args]
-    proc = subprocess.run(cmd + list(flags), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
-    try:
-        output = json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail("no JSON from ansible (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr))
-    result: Dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return result
+    return run_ansible_module(tmp_path, "verl_patch", args, *flags)
 
 
 @pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
