@@ -96,6 +96,15 @@ def test_cli_from_local_jsonl_and_generated(tmp_path: Path) -> None:
     assert gen.returncode == 0 and json.loads(gen.stdout)["test"]["rows"] == 8
 
 
+def test_cli_runs_as_a_module_the_way_the_launch_role_calls_it(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    proc = subprocess.run([sys.executable, "-m", "verl_pascal_data.cli", "--generate", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["train"]["rows"] == 2
+
+
 def test_cli_refuses_an_unpinned_hub_dataset(tmp_path: Path) -> None:
     proc = run_cli("--hub", "openai/gsm8k", "--out", str(tmp_path))
     assert proc.returncode == 2 and "--revision" in proc.stderr

@@ -59,3 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     print(json.dumps(report))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
