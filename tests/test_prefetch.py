@@ -107,10 +107,10 @@ todo_sha256: ""
 artifact_mirror_url: http://mirror:8080
 verl_releases:
   - version: "0.5.0"
-    url: https://files.pythonhosted.org/packages/source/v/verl/verl-0.5.0.tar.gz
+    url: https://sdists.example.org/verl/verl-0.5.0.tar.gz
     sha256: cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc
   - version: "0.4.1"
-    url: https://files.pythonhosted.org/packages/source/v/verl/verl-0.4.1.tar.gz
+    url: https://sdists.example.org/verl/verl-0.4.1.tar.gz
     sha256: dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd
     size: 99
 """
