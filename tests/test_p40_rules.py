@@ -130,3 +130,41 @@ def test_without_the_switch_nothing_is_guarded(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", "import torch; torch.ones(2, dtype=torch.bfloat16) * 2"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: torch.sort(x),          # a tuple (values, indices): the values are half
+    lambda x: torch.split(x, 2),      # a tuple of views
+    lambda x: list(torch.unbind(x)),  # a list
+])
+def test_half_results_inside_tuples_and_lists_are_caught(op) -> None:
+    x = torch.rand(4, dtype=torch.float16)
+    with pytest.raises(guard.P40RuleViolation):
+        with cpu_mode():
+            op(x)
+
+
+def test_the_op_name_cache_does_not_hide_a_second_violation() -> None:
+    mode = cpu_mode(raise_on_violation=False)
+    with mode:
+        for _ in range(3):
+            torch.ones(2, dtype=torch.bfloat16) * 2
+    assert len([v for v in mode.violations if "mul" in v.op]) == 3
+
+
+def test_a_worker_killed_without_atexit_still_leaves_its_summary(tmp_path: Path) -> None:
+    """Ray kills workers with no atexit: the summary timer has written it already, guard on or off."""
+    script = "import os, time, torch\ntorch.ones(2) * 2\ntime.sleep(1.5)\nos._exit(0)\n"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"),
+        "P40_RULES": "1",
+        "P40_RULES_DEVICES": "cpu",
+        "P40_RULES_GUARD": "0",
+        "P40_RULES_SUMMARY_EVERY_S": "0.2",
+        "P40_RULES_REPORT_DIR": str(tmp_path),
+    }
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (summary,) = guard.summaries_in(str(tmp_path))
+    assert summary["violations"] == 0

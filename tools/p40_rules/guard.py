@@ -61,8 +61,7 @@ def judge(op_name: str, args: Any, result: Any, devices: Sequence[str]) -> Optio
     on_device = [t for t in _tensors((args, result)) if t.device.type in devices]
     if not on_device:
         return None
-    lowered = op_name.lower()
-    if any(marker in lowered for marker in FORBIDDEN_OP_MARKERS) and not lowered.endswith("_for_cpu.default"):
+    if _forbidden_kernel(op_name):
         return Violation(op_name, "flash/cuDNN attention kernel", "use sdpa's memory-efficient kernel in fp32, or eager")
     for t in _tensors(result):
         if t.device.type in devices and t.dtype in HALF_DTYPES:
@@ -71,32 +70,39 @@ def judge(op_name: str, args: Any, result: Any, devices: Sequence[str]) -> Optio
 
 
 class P40RulesMode(TorchDispatchMode):
-    """Fails (or records) every op that breaks a P40 rule."""
+    """Fails (or records) every op that breaks a P40 rule.
+
+    The per-op cost is what makes a guarded run slow, so the op name is judged
+    once per op (cached) and a result is inspected without flattening it when
+    it is a plain tensor or a tuple of tensors. The verdict is `judge`'s.
+    """
 
     def __init__(self, devices: Sequence[str] = ("cuda",), raise_on_violation: bool = True,
-                 on_violation: Optional[Callable[[Violation], None]] = None,
-                 every_n_ops: Optional[Tuple[int, Callable[[], None]]] = None) -> None:
+                 on_violation: Optional[Callable[[Violation], None]] = None) -> None:
         super().__init__()
         self.devices = tuple(devices)
         self.raise_on_violation = raise_on_violation
         self.on_violation = on_violation
-        self.every_n_ops = every_n_ops
         self.violations: List[Violation] = []
         self.ops_seen = 0
+        self._forbidden_name: Dict[Any, bool] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        name = str(func)
         self.ops_seen += 1
-        if self.every_n_ops is not None and self.ops_seen % self.every_n_ops[0] == 0:
-            self.every_n_ops[1]()
-        early = judge(name, (args, kwargs), None, self.devices)
-        if early is not None:
-            self._report(early)
+        forbidden = self._forbidden_name.get(func)
+        if forbidden is None:
+            forbidden = _forbidden_kernel(str(func))
+            self._forbidden_name[func] = forbidden
+        if forbidden:
+            early = judge(str(func), (args, kwargs), None, self.devices)
+            if early is not None:
+                self._report(early)
         result = func(*args, **kwargs)
-        late = judge(name, (args, kwargs), result, self.devices) if early is None else None
-        if late is not None:
-            self._report(late)
+        if _has_half_result(result, self.devices):
+            late = judge(str(func), (args, kwargs), result, self.devices)
+            if late is not None:
+                self._report(late)
         return result
 
     def _report(self, violation: Violation) -> None:
@@ -105,6 +111,20 @@ class P40RulesMode(TorchDispatchMode):
             self.on_violation(violation)
         if self.raise_on_violation:
             raise P40RuleViolation(violation.message())
+
+
+def _forbidden_kernel(op_name: str) -> bool:
+    lowered = op_name.lower()
+    return any(marker in lowered for marker in FORBIDDEN_OP_MARKERS) and not lowered.endswith("_for_cpu.default")
+
+
+def _has_half_result(result: Any, devices: Sequence[str]) -> bool:
+    """A quick pre-check of `judge`'s half-precision rule on an op's result."""
+    if isinstance(result, torch.Tensor):
+        return result.dtype in HALF_DTYPES and result.device.type in devices
+    if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) or r is None for r in result):
+        return any(r is not None and r.dtype in HALF_DTYPES and r.device.type in devices for r in result)
+    return any(t.dtype in HALF_DTYPES and t.device.type in devices for t in _tensors(result))
 
 
 @dataclass
@@ -116,6 +136,7 @@ class Settings:
     report_dir: Optional[str] = None
     raise_on_violation: bool = True
     guard: bool = True
+    summary_every_s: float = 5.0
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> "Settings":
@@ -126,6 +147,7 @@ class Settings:
             report_dir=env.get("P40_RULES_REPORT_DIR") or None,
             raise_on_violation=env.get("P40_RULES_MODE", "fail") != "record",
             guard=env.get("P40_RULES_GUARD", "1") != "0",
+            summary_every_s=float(env.get("P40_RULES_SUMMARY_EVERY_S", "5")),
         )
 
 
@@ -206,20 +228,35 @@ def activate(settings: Settings) -> P40RulesMode:
         apply_cuda_rules(settings)
     else:
         torch.cuda._lazy_call(lambda: apply_cuda_rules(settings))  # noqa: SLF001
+    mode = P40RulesMode(settings.devices, settings.raise_on_violation,
+                        on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)))
+
     def summary() -> None:
         _write_summary(settings.report_dir, mode)
 
-    # Ray kills its workers at shutdown (no atexit), so the summary with the
-    # peak memory is also rewritten every 20000 ops.
-    mode = P40RulesMode(settings.devices, settings.raise_on_violation,
-                        on_violation=lambda v: _write(settings.report_dir, "violations", asdict(v)),
-                        every_n_ops=(20000, summary))
     if settings.guard:  # off only to measure the guard's own cost
         mode.__enter__()
         _enter_in_new_threads(mode)
     atexit.register(summary)
+    # Ray kills its workers at shutdown (no atexit): rewrite the summary, with
+    # the peak memory so far, every few seconds too.
+    _start_summary_timer(summary, settings.summary_every_s)
     _ACTIVE = mode
     return mode
+
+
+def _start_summary_timer(summary: Callable[[], None], every_s: float) -> None:
+    if every_s <= 0:
+        return
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            summary()
+
+    thread = threading.Thread(target=loop, name="p40-rules-summary", daemon=True)
+    thread.start()
+    atexit.register(stop.set)
 
 
 def _enter_in_new_threads(mode: P40RulesMode) -> None:

@@ -4,7 +4,8 @@ both, so the whole run is guarded. Settings: P40_RULES_MEMORY_GIB (default 22,
 "none" for no cap), P40_RULES_DEVICES (default cuda), P40_RULES_REPORT_DIR
 (violations and per-process peak memory as JSON lines), P40_RULES_MODE
 (fail, the default, or record), P40_RULES_GUARD (0: cap and TF32 only,
-to measure the guard's own cost)."""
+to measure the guard's own cost), P40_RULES_SUMMARY_EVERY_S (how often each
+process rewrites its summary, default 5)."""
 
 import os
 import sys
