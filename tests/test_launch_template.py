@@ -117,3 +117,14 @@ def test_check_config_reports_a_rejected_override(tmp_path: Path) -> None:
     proc = run(script, "--check-config")
     assert proc.returncode == 1
     assert "rejects the configuration" in proc.stderr
+
+
+@pytest.mark.parametrize("profile, rollout, actor_offload", [("pascal", "hf", "False"), ("native", "hf", "False"),
+                                                            ("native", "vllm", "True")])
+def test_the_actor_keeps_its_parameters_on_the_gpu_under_the_hf_rollout(
+        tmp_path: Path, profile: str, rollout: str, actor_offload: str) -> None:
+    """verl 0.5.0's HF rollout never loads offloaded actor parameters back (it fails on the first generate)."""
+    argv = dry_run_args(render(tmp_path, launch_profile=profile, launch_rollout=rollout, launch_param_offload="True"))
+    assert f"actor_rollout_ref.actor.fsdp_config.param_offload={actor_offload}" in argv
+    assert "critic.model.fsdp_config.param_offload=True" in argv
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload=True" in argv
