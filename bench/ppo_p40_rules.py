@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -170,7 +171,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     src = prepare_verl(args.verl_sdist, work, args.attn, args.control)
-    script = render_launch(work, prepare_data(work, args.problems), prepare_model(work, args.shape), args)
+    model = args.model_dir or prepare_model(work, args.shape)
+    script = render_launch(work, prepare_data(work, args.problems), model, args)
     report = os.path.join(work, "p40-rules")
     shutil.rmtree(report, ignore_errors=True)
     env = {
@@ -182,6 +184,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "P40_RULES_REPORT_DIR": report,
         "P40_RULES_GUARD": "0" if args.no_guard else "1",
         "RAY_DEDUP_LOGS": "0",
+        # A Ray cluster of its own (runs may share a host); short: socket paths are limited.
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp"),
     }
     extra = [f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=False",
              f"trainer.experiment_name={args.shape}-b{args.train_batch}-{args.attn}"] + args.override
@@ -199,10 +203,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     with open(log_path, errors="replace") as f:
         log = f.read()
     steps = parse_steps(log)
-    error = None
-    if returncode != 0 or len(steps) < args.steps:
-        tail = [l for l in log.splitlines() if re.search(r"Error|error|P40 rule|Traceback", l)]
-        error = (tail[-1] if tail else log.splitlines()[-1] if log else "no output")[:400]
+    error: Optional[str] = None
+    if returncode == -1:
+        error = f"timed out after {args.timeout} s"
+    elif returncode != 0 or len(steps) < args.steps:
+        tail = [l for l in log.splitlines() if re.search(r"\w+(Error|Exception)\b:|P40 rule|Killed|timed out", l)]
+        error = (tail[-1] if tail else f"exit status {returncode}: " + (log.splitlines()[-1] if log else "no output"))[:400]
     step_s = [s.get("timing_s/step") for s in steps if "timing_s/step" in s]
     gen_tokens = [s.get("response_length/mean", 0) * args.train_batch / s["timing_s/gen"]
                   for s in steps if s.get("timing_s/gen")]
@@ -213,11 +219,20 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "s_per_step": [round(x, 2) for x in step_s],
         "gen_tokens_per_s": [round(x, 1) for x in gen_tokens],
         "critic_score_mean": [round(s.get("critic/score/mean", float("nan")), 3) for s in steps],
-        "nvidia_smi_peak_mib": smi.peaks, "error": error, **summaries(report),
+        "nvidia_smi_peak_mib": own_peaks(smi.peaks, report), "error": error, "returncode": returncode,
+        "log": log_path, **summaries(report),
     }
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def own_peaks(peaks: Dict[str, int], report: str) -> Dict[str, int]:
+    """nvidia-smi peaks of this run's processes (those that wrote a summary), when known."""
+    from p40_rules.guard import summaries_in
+
+    pids = {str(s["pid"]) for s in summaries_in(report)}
+    return {pid: mib for pid, mib in peaks.items() if pid in pids} if pids else peaks
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--verl-sdist", required=True)
     p.add_argument("--work", default="/tmp/verl-pascal-ppo")
@@ -236,7 +251,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--control", action="store_true", help="restore verl's bf16 autocasts: the guard must fail the run")
     p.add_argument("--timeout", type=int, default=3000)
     p.add_argument("--override", action="append", default=[], help="extra Hydra override")
-    args = p.parse_args(argv)
+    p.add_argument("--model-dir", default="", help="a model made by tools/verl_pascal_models (default: make one)")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
     result = run(args)
     print(json.dumps(result))
     ok = result["error"] is None and result["violations"] == 0
