@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import tarfile
 import threading
 import zipfile
 from functools import partial
@@ -149,14 +150,29 @@ def test_sha256_on_a_shorter_prefix(tmp_path: Path) -> None:
 
 
 def test_releases_mapping_by_version(tmp_path: Path) -> None:
-    """The verl role's shape: releases keyed by version, file name in ``sdist``."""
+    """The verl role's shape: releases keyed by version, file name in ``sdist``; no url: pip fetches it."""
     (tmp_path / "lock.yml").write_text(
         "---\nverl_releases:\n"
         "  '0.5.0': {sdist: verl-0.5.0.tar.gz, url: 'https://e.org/v/verl-0.5.0.tar.gz?x=1', sha256: " + "c" * 64 + "}\n"
-        "  '0.4.1': {sdist: verl-0.4.1.tar.gz, sha256: " + "d" * 64 + "}\n")  # no url: not an artifact
+        "  '0.4.1': {sdist: verl-0.4.1.tar.gz, sha256: " + "d" * 64 + "}\n"
+        "  '0.3.0': {sha256: " + "e" * 64 + "}\n"  # neither url nor sdist: not an artifact
+        "  '0.2.0': {sdist: verl.tar.gz, sha256: " + "f" * 64 + "}\n")  # no version in the name: pip cannot ask
     found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
-    assert [(a.key, a.path) for a in found.artifacts] == [("verl_releases[0.5.0]", "verl-0.5.0.tar.gz")]
-    assert "no url" in found.skipped["verl_releases[0.4.1]"]
+    by_key = {a.key: a for a in found.artifacts}
+    assert sorted(by_key) == ["verl_releases[0.4.1]", "verl_releases[0.5.0]"]
+    assert (by_key["verl_releases[0.5.0]"].source, by_key["verl_releases[0.5.0]"].path) == ("lock", "verl-0.5.0.tar.gz")
+    pip_one = by_key["verl_releases[0.4.1]"]
+    assert (pip_one.source, pip_one.url, pip_one.sha256) == ("pip-sdist", "pip:verl==0.4.1", "d" * 64)
+    assert "no url or sdist" in found.skipped["verl_releases[0.3.0]"]
+    assert "not an sdist file name" in found.errors["verl_releases[0.2.0]"]
+
+
+def test_real_lock_fetches_verl_sdists_with_pip() -> None:
+    found = artifacts.discover(Lock.from_paths())
+    sdists = {a.key: a for a in found.artifacts if a.key.startswith("verl_releases[")}
+    assert sdists["verl_releases[0.5.0]"].url == "pip:verl==0.5.0"
+    assert sdists["verl_releases[0.5.0]"].sha256 == "0aabeab59459f947c826a3cfef35836e52691e50083f7611a4ef28a504796409"
+    assert [a.key for a in artifacts.select(found.artifacts, ["verl-0.4.1.tar.gz"])] == ["verl_releases[0.4.1]"]
 
 
 def test_overrides_and_directory_lock(tmp_path: Path) -> None:
@@ -422,6 +438,136 @@ def test_pip_hook_builds_a_pep503_index(tmp_path: Path, capsys: pytest.CaptureFi
         server.shutdown()
         server.server_close()
     assert sorted(p.name for p in out_dir.iterdir()) == sorted([dep.name, top.name])
+
+
+def make_sdist(folder: Path, name: str, version: str) -> Path:
+    """A real setuptools sdist (pyproject.toml, PKG-INFO) that pip can prepare without the network."""
+    top = f"{name}-{version}"
+    files = {
+        f"{top}/pyproject.toml": ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+                                  f'[project]\nname = "{name}"\nversion = "{version}"\n'),
+        f"{top}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{top}/{name.replace('-', '_')}.py": "",
+    }
+    path = folder / f"{top}.tar.gz"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+class Serve:
+    """A static HTTP server on 127.0.0.1 for a directory (what serves a mirror, or an index)."""
+
+    def __init__(self, directory: Path):
+        self.requests: List[str] = []
+        log = self.requests
+
+        class Handler(SimpleHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # noqa: D401 - quiet, but keep the paths
+                log.append(self.path)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(directory)))
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "Serve":
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+OFFLINE_PIP = ("--pip-arg=--no-index", "--pip-arg=--isolated", "--pip-arg=--no-build-isolation")
+
+
+def test_sdist_without_url_comes_from_pip_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl_releases items carry no URL: pip downloads the sdist, the lock's sha256 decides."""
+    pytest.importorskip("setuptools")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    links = tmp_path / "links"
+    links.mkdir()
+    good = make_sdist(links, "vp-demo", "1.0")
+    other = make_sdist(links, "vp-other", "2.0")
+    lock = tmp_path / "lock.yml"
+    lock.write_text("---\nreleases:\n"
+                    f"  '1.0': {{sdist: {good.name}, sha256: {sha(good.read_bytes())}}}\n"
+                    f"  '2.0': {{sdist: {other.name}, sha256: {'e' * 64}}}\n")  # a lock entry that does not match
+    mirror = tmp_path / "mirror"
+    with Serve(links) as server:
+        argv = ("--lock", str(lock), "--mirror", str(mirror), "--no-progress", "--pip-find-links", server.url + "/",
+                *OFFLINE_PIP)
+        code, out, err = prefetch(capsys, *argv)
+        assert code == 1, err
+        assert (mirror / good.name).read_bytes() == good.read_bytes()
+        assert not (mirror / other.name).exists() and not list(mirror.glob(".pip-sdist-*"))
+        assert f"expected {'e' * 64}, actual {sha(other.read_bytes())}" in err
+        entries = {e["name"]: e for e in json.loads((mirror / "manifest.json").read_text())["files"]}
+        assert sorted(entries) == [good.name]
+        assert entries[good.name]["url"] == "pip:vp-demo==1.0" and entries[good.name]["key"] == "releases[1.0]"
+        assert f"{sha(good.read_bytes())}  {good.name}" in (mirror / "SHA256SUMS").read_text()
+        # Present with the right sha256: pip is not asked again.
+        server.requests.clear()
+        code, out, _ = prefetch(capsys, *argv, "--only", good.name)
+        assert code == 0 and "1 already present" in out and server.requests == []
+
+
+def test_pip_lock_takes_each_lock_without_deps_and_sdists(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two complete locks pinning different versions, a dependency no lock lists, a project with no wheel."""
+    pytest.importorskip("setuptools")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    links = tmp_path / "links"
+    links.mkdir()
+    old = make_wheel(links, "vp-demo", "1.0")
+    new = make_wheel(links, "vp-demo", "2.0", ["vp-not-anywhere==9"])  # --no-deps: never looked up
+    only_sdist = make_sdist(links, "vp-sdist-only", "0.3")
+    lock_a, lock_b = tmp_path / "a.txt", tmp_path / "b.txt"
+    lock_a.write_text("# lock A\nvp-demo==1.0  # via x\n")
+    lock_b.write_text("vp-demo==2.0\nvp-sdist-only==0.3\n")
+    lock = tmp_path / "lock.yml"
+    lock.write_text("---\npython_version: '3.11.2'\n")
+    mirror = tmp_path / "mirror"
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--no-progress",
+                            "--pip-lock", str(lock_a), "--pip-lock", str(lock_b), "--pip-find-links", str(links),
+                            *OFFLINE_PIP)
+    assert code == 0, err
+    want = {f"simple/vp-demo/{old.name}": old, f"simple/vp-demo/{new.name}": new,
+            f"simple/vp-sdist-only/{only_sdist.name}": only_sdist}
+    entries = {e["name"]: e for e in json.loads((mirror / "manifest.json").read_text())["files"]}
+    assert sorted(entries) == sorted(want)
+    assert all(entries[n]["sha256"] == sha(p.read_bytes()) for n, p in want.items())
+    flat = (mirror / "find-links.html").read_text()
+    for name, path in want.items():
+        assert f'href="{name}#sha256={sha(path.read_bytes())}"' in flat
+
+    # The flat page is all pip needs: --no-index --find-links <mirror URL>/find-links.html.
+    with Serve(mirror) as server:
+        got = tmp_path / "got"
+        subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "-q", "--no-index", "--no-deps",
+                        "--find-links", f"{server.url}/find-links.html", "--dest", str(got),
+                        "vp-demo==1.0", "vp-sdist-only==0.3", "--no-build-isolation"], check=True)
+    assert sorted(p.name for p in got.iterdir()) == sorted([old.name, only_sdist.name])
+
+
+def test_pip_lock_download_fails_loudly(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    (tmp_path / "links").mkdir()
+    (tmp_path / "a.txt").write_text("vp-missing==1.0\n")
+    (tmp_path / "lock.yml").write_text("---\n")
+    code, _, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(tmp_path / "m"),
+                            "--no-progress", "--pip-lock", str(tmp_path / "a.txt"),
+                            "--pip-find-links", str(tmp_path / "links"), *OFFLINE_PIP)
+    assert code == 1 and "pip download failed" in err
+    assert not list((tmp_path / "m").glob("simple/*/*.whl"))
 
 
 def test_pip_defaults_follow_the_lock() -> None:

@@ -12,7 +12,11 @@ generic, so a new role's files are picked up by naming their lock entries:
   (+ optional ``name`` or ``sdist`` for the file name, ``size``, ``version``),
   for example ``verl_releases: {"0.5.0": {sdist: ..., url: ..., sha256: ...}}``:
   each item is the artifact ``<key>[<version, mapping key or index>]``. An item
-  without ``url`` is not an artifact (nothing says where to fetch it).
+  without ``url`` but with an ``sdist`` name ``<project>-<version>.tar.gz``
+  (the lock's ``verl_releases``) is fetched with ``pip download --no-deps
+  --no-binary=:all: <project>==<version>`` through pip's index instead (its
+  ``url`` is ``pip:<project>==<version>``) and checked against the same sha256.
+  An item with neither is not an artifact (nothing says where to fetch it).
 
 ``PROVIDERS`` is the extension point: a provider takes the ``Lock`` and
 returns a ``Discovery``. The model snapshot and the dataset (a later issue)
@@ -32,7 +36,8 @@ from urllib.parse import unquote, urlsplit
 
 from .lock import Lock, LockError
 
-RESERVED_NAMES = frozenset({"manifest.json", "SHA256SUMS", "simple", "index.html"})
+RESERVED_NAMES = frozenset({"manifest.json", "SHA256SUMS", "simple", "index.html", "find-links.html"})
+PIP_SDIST = "pip-sdist"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -111,6 +116,21 @@ def make_artifact(key: str, url: Any, sha256: Any, size: Any = None, name: Any =
     url = check_url(url)
     file_name = check_file_name(str(name) if name not in (None, "") else url_basename(url))
     return Artifact(key=key, path=file_name, url=url, sha256=check_sha256(sha256), size=check_size(size))
+
+
+def sdist_requirement(file_name: str) -> str:
+    """``verl-0.5.0.tar.gz`` -> ``verl==0.5.0`` (LockError for another shape)."""
+    match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*?)-([0-9][A-Za-z0-9.+!_]*)\.(?:tar\.gz|zip)", file_name)
+    if not match:
+        raise LockError(f"not an sdist file name (<project>-<version>.tar.gz): {file_name!r}")
+    return f"{match.group(1)}=={match.group(2)}"
+
+
+def pip_sdist_artifact(key: str, name: Any, sha256: Any, size: Any = None) -> Artifact:
+    """An sdist pip downloads from its index (no URL in the lock), checked against the lock's sha256."""
+    file_name = check_file_name(str(name))
+    return Artifact(key=key, path=file_name, url=f"pip:{sdist_requirement(file_name)}",
+                    sha256=check_sha256(sha256), size=check_size(size), source=PIP_SDIST)
 
 
 def _pinned(lock: Lock, key: str, sha_key: str, discovery: Discovery) -> bool:
@@ -193,11 +213,17 @@ def from_list_entries(lock: Lock) -> Discovery:
             if not isinstance(item, dict) or "sha256" not in item:
                 continue
             key = f"{var}[{item.get('version', label)}]"
-            if "url" not in item:
-                found.skipped[key] = "has a sha256 but no url: not fetched (add url: to the lock entry)"
-                continue
             if item.get("sha256") in (None, ""):
                 found.skipped[key] = "sha256 is empty: not fetched"
+                continue
+            if "url" not in item:
+                if not item.get("sdist"):
+                    found.skipped[key] = "has a sha256 but no url or sdist: not fetched (add url: to the lock entry)"
+                    continue
+                try:
+                    found.artifacts.append(pip_sdist_artifact(key, item["sdist"], item["sha256"], item.get("size")))
+                except LockError as exc:
+                    found.errors[key] = str(exc)
                 continue
             try:
                 name = item.get("name") or item.get("sdist")

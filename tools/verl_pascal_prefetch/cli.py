@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     pip = parser.add_argument_group("pip-resolved wheels (into <mirror>/simple/, a PEP 503 index)")
     pip.add_argument("--pip-requirements", type=Path, action="append", default=[], metavar="FILE",
                      help="requirements file for `pip download` (repeatable)")
+    pip.add_argument("--pip-lock", type=Path, action="append", default=[], metavar="FILE",
+                     help="a complete lock (exact pins of every dependency, e.g. roles/verl/files/locks/"
+                          "verl-0.5.0/py3.10-torch2.6.txt): pip download --no-deps, wheels for the target "
+                          "where a project has them, else its sdist (repeatable)")
     pip.add_argument("--pip-python-version", metavar="X.Y",
                      help="the target env's Python (default: the lock's python_version, as X.Y)")
     pip.add_argument("--pip-platform", action="append", default=[], metavar="TAG",
@@ -74,7 +78,8 @@ def pip_options(args: argparse.Namespace, lock: Lock) -> pipwheels.PipOptions:
     version = args.pip_python_version
     if version is None and lock.get("python_version"):
         version = ".".join(str(lock.get("python_version")).split(".")[:2])
-    opts = pipwheels.PipOptions(requirements=list(args.pip_requirements), python_version=version,
+    opts = pipwheels.PipOptions(requirements=list(args.pip_requirements), locks=list(args.pip_lock),
+                                python_version=version,
                                 index_url=args.pip_index_url or lock.get("pip_index_url") or None,
                                 extra_index_urls=list(args.pip_extra_index_url), find_links=list(args.pip_find_links),
                                 extra_args=list(args.pip_arg), progress=not args.no_progress)
@@ -118,9 +123,10 @@ def cmd_list(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Artif
         print(f"{art.key}\t{art.path}\t{human(art.size)}\t{state_of(args.mirror, art)}\t{art.sha256}\t{art.url}")
     total = sum(a.size or 0 for a in selected)
     print(f"# {len(selected)} file(s), {human(total)} with known sizes")
-    for req in args.pip_requirements:
+    for req in args.pip_requirements + args.pip_lock:
         opts = pip_options(args, lock)
-        print(f"# pip: {req} -> simple/ (python {opts.python_version or 'of pip'}, "
+        kind = "lock, --no-deps" if req in args.pip_lock else "wheels only"
+        print(f"# pip: {req} -> simple/ ({kind}; python {opts.python_version or 'of pip'}, "
               f"platforms {', '.join(opts.platforms)})")
     return EXIT_OK
 
@@ -142,11 +148,23 @@ def cmd_verify(args: argparse.Namespace, selected: Sequence[arts.Artifact]) -> i
     return EXIT_OK
 
 
-def run_downloads(args: argparse.Namespace, selected: Sequence[arts.Artifact], progress: Progress) -> List[FetchResult]:
+def fetch_sdist(args: argparse.Namespace, lock: Lock, art: arts.Artifact, progress: Progress) -> FetchResult:
+    """An sdist the lock pins by sha256 only: pip downloads it (pip's index), then it is checked."""
+    status, error = pipwheels.download_sdist(pip_options(args, lock), args.mirror, art, progress.write)
+    size = (args.mirror / art.path).stat().st_size if status != "failed" else 0
+    return FetchResult(art, status, sha256=art.sha256 if status != "failed" else None, error=error,
+                       downloaded=size if status == "fetched" else 0)
+
+
+def run_downloads(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Artifact],
+                  progress: Progress) -> List[FetchResult]:
     fetcher = Fetcher(args.mirror, fetch_options(args), progress)
 
     def one(art: arts.Artifact) -> FetchResult:
-        result = fetcher.fetch(art)
+        if art.source == arts.PIP_SDIST:
+            result = fetch_sdist(args, lock, art, progress)
+        else:
+            result = fetcher.fetch(art)
         if result.status == "fetched":
             progress.write(f"fetched {art.path} ({human(result.downloaded)} downloaded, sha256 ok)")
         elif result.status == "present":
@@ -163,7 +181,7 @@ def cmd_fetch(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Arti
     args.mirror.mkdir(parents=True, exist_ok=True)
     failures: List[str] = []
     new_entries = []
-    if args.pip_requirements:
+    if args.pip_requirements or args.pip_lock:
         placed, error = pipwheels.download(pip_options(args, lock), args.mirror,
                                            lambda line: print(line, file=sys.stderr, flush=True))
         if error:
@@ -172,7 +190,7 @@ def cmd_fetch(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Arti
     todo_bytes = sum(a.size or 0 for a in selected)
     progress = Progress(not args.no_progress, todo_bytes, args.jobs)
     try:
-        results = run_downloads(args, selected, progress)
+        results = run_downloads(args, lock, selected, progress)
     finally:
         progress.close()
     for result in results:

@@ -8,6 +8,16 @@
 with ``pip install --no-index --find-links`` or ``--index-url
 <mirror>/simple/``. Files already in the mirror are linked into pip's
 destination first, so pip does not download them again.
+
+A complete lock (``--pip-lock``: exact pins of every dependency, like the verl
+role's ``roles/verl/files/locks/*``) is downloaded with ``--no-deps`` and
+without ``--only-binary``: wheels for the target where there are any, the
+sdist of a project that publishes none (``antlr4-python3-runtime``).
+
+``find-links.html`` at the mirror's top is one flat page linking every file
+under simple/: ``pip install --no-index --find-links
+http://mirror-host:8080/find-links.html`` installs from the mirror and from
+nothing else, from any static HTTP server.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from .artifacts import Artifact
 from .fetch import sha256_file
 
 SIMPLE = "simple"
+FIND_LINKS = "find-links.html"
 _DOWNLOADING = re.compile(r"(?:Downloading|Processing|Collecting)\s+(\S+)")
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
@@ -57,6 +68,7 @@ def default_platforms(glibc_minor: int = 31, arch: str = "x86_64") -> List[str]:
 @dataclass
 class PipOptions:
     requirements: List[Path]
+    locks: List[Path] = field(default_factory=list)  # complete locks: --no-deps, sdists allowed
     python_version: Optional[str] = None  # "3.10"
     platforms: List[str] = field(default_factory=default_platforms)
     index_url: Optional[str] = None  # None: pip's own configuration
@@ -67,8 +79,13 @@ class PipOptions:
     python: str = sys.executable
 
 
-def pip_command(opts: PipOptions, dest: Path) -> List[str]:
-    cmd = [opts.python, "-m", "pip", "download", "--dest", str(dest), "--only-binary=:all:",
+def pip_command(opts: PipOptions, dest: Path, lock: Optional[Path] = None) -> List[str]:
+    """``pip download`` of opts.requirements (wheels only), or of one complete ``lock`` (``--no-deps``).
+
+    Each lock is resolved on its own: two locks may pin different versions of one project.
+    """
+    cmd = [opts.python, "-m", "pip", "download", "--dest", str(dest),
+           "--no-deps" if lock else "--only-binary=:all:",
            "--progress-bar", "on" if opts.progress else "off", "--disable-pip-version-check"]
     if opts.python_version:
         cmd += ["--python-version", opts.python_version]
@@ -80,9 +97,27 @@ def pip_command(opts: PipOptions, dest: Path) -> List[str]:
         cmd += ["--extra-index-url", url]
     for link in opts.find_links:
         cmd += ["--find-links", link]
-    for req in opts.requirements:
+    for req in [lock] if lock else opts.requirements:
         cmd += ["-r", str(req)]
     return cmd + list(opts.extra_args)
+
+
+def index_options(opts: PipOptions) -> List[str]:
+    cmd: List[str] = []
+    if opts.index_url:
+        cmd += ["--index-url", opts.index_url]
+    for url in opts.extra_index_urls:
+        cmd += ["--extra-index-url", url]
+    for link in opts.find_links:
+        cmd += ["--find-links", link]
+    return cmd
+
+
+def sdist_command(opts: PipOptions, dest: Path, requirement: str) -> List[str]:
+    """``pip download`` of one sdist (the lock pins its sha256, not its URL)."""
+    return ([opts.python, "-m", "pip", "download", "--dest", str(dest), "--no-deps", "--no-binary=:all:",
+             "--progress-bar", "off", "--disable-pip-version-check"] + index_options(opts)
+            + list(opts.extra_args) + [requirement])
 
 
 def source_urls(output: str) -> Dict[str, str]:
@@ -161,6 +196,14 @@ def write_index(mirror: Path, hashes: Dict[str, str]) -> None:
         (project / "index.html").write_text(_page(f"Links for {project.name}", "".join(links)), encoding="utf-8")
     index = "".join(f'    <a href="{p.name}/">{p.name}</a><br>\n' for p in projects)
     (root / "index.html").write_text(_page("Simple index", index), encoding="utf-8")
+    flat = []
+    for project in projects:
+        for dist in sorted(project.iterdir()):
+            if dist.name.endswith(_DIST_SUFFIXES):
+                digest = hashes.get(f"{SIMPLE}/{project.name}/{dist.name}") or sha256_file(dist).hexdigest()
+                href = html.escape(f"{SIMPLE}/{project.name}/{dist.name}")
+                flat.append(f'    <a href="{href}#sha256={digest}">{html.escape(dist.name)}</a><br>\n')
+    (mirror / FIND_LINKS).write_text(_page("Every file under simple/", "".join(flat)), encoding="utf-8")
 
 
 def _page(title: str, body: str) -> str:
@@ -176,12 +219,45 @@ def download(opts: PipOptions, mirror: Path, echo: Callable[[str], None]) -> Tup
     try:
         seeded = existing_dists(mirror)
         seed(dest, seeded)
-        code, output = run_pip(pip_command(opts, dest), echo)
-        if code != 0:
-            return [], f"pip download failed (exit {code}); see its output above"
+        output = ""
+        for lock in ([None] if opts.requirements else []) + list(opts.locks):
+            code, out = run_pip(pip_command(opts, dest, lock=lock), echo)
+            output += out
+            if code != 0:
+                return [], f"pip download failed (exit {code}); see its output above"
         for name in seeded:  # already in the mirror: keep the mirror's copy
             (dest / name).unlink()
         fallback = f"pip:{opts.index_url or 'configured index'}"
         return place(dest, mirror, source_urls(output), fallback), None
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+
+
+def download_sdist(opts: PipOptions, mirror: Path, art: Artifact, echo: Callable[[str], None]) -> Tuple[str, Optional[str]]:
+    """Put the sdist ``art`` (``url`` ``pip:<project>==<version>``) at ``<mirror>/<art.path>``.
+
+    Returns (status, error): ``present`` (already there with the lock's
+    sha256), ``fetched``, or ``failed`` with the reason; a file whose sha256
+    is not the lock's never gets its final name.
+    """
+    final = mirror / art.path
+    if final.is_file() and sha256_file(final).hexdigest() == art.sha256:
+        return "present", None
+    dest = mirror / f".pip-sdist-{art.filename}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    try:
+        code, _ = run_pip(sdist_command(opts, dest, art.url[len("pip:"):]), echo)
+        if code != 0:
+            return "failed", f"pip download {art.url[4:]} failed (exit {code}); see its output above"
+        got = dest / art.filename
+        if not got.is_file():
+            names = ", ".join(sorted(p.name for p in dest.iterdir())) or "nothing"
+            return "failed", f"pip saved {names}, not {art.filename}"
+        actual = sha256_file(got).hexdigest()
+        if actual != art.sha256:
+            return "failed", f"sha256 mismatch: expected {art.sha256}, actual {actual}; the file was deleted"
+        os.replace(got, final)
+        return "fetched", None
     finally:
         shutil.rmtree(dest, ignore_errors=True)
