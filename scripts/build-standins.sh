@@ -6,7 +6,9 @@
 # with tiny real C extensions, the real torch CPU wheel (from the pip find-links
 # folder) with its dependencies as a PEP 503 index, plus a stand-in nvidia-smi
 # answering like a Tesla P40. Output, in OUT (default .cache/standins):
-#   mirror/<artifact file names>, mirror/simple/ (PEP 503), mirror/SHA256SUMS, mirror/manifest.json
+#   mirror/<artifact file names>, mirror/simple/ (PEP 503), mirror/SHA256SUMS, mirror/manifest.json,
+#   mirror/find-links.html, and the REAL verl sdists of the lock with the files of
+#   their dependency locks for the stand-in Python and torch (bin/prefetch)
 #   nvidia-smi
 #   standins.yml   the lock entries (sha256, size) that point at the stand-ins
 # Rebuilt only when the sources change. Real boxes never see these files.
@@ -23,8 +25,12 @@ apex_top=apex-24.04.01
 # The torch wheel in the pip find-links folder (VERL_PASCAL_WHEELS_DIR, default:
 # what `pip config get global.find-links` prints) is part of the input.
 wheels=${VERL_PASCAL_WHEELS_DIR:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}
-stamp=$( (cat "$0"; find "$src" -type f -print0 | sort -z | xargs -0 cat; ls -l "$wheels"/torch-*.whl 2>/dev/null || true) |
-  sha256sum | cut -d' ' -f1)
+repo=$(cd "$here/.." && pwd)
+# The verl part also depends on the lock, the dependency locks and bin/prefetch.
+stamp=$( (cat "$0"; find "$src" -type f -print0 | sort -z | xargs -0 cat; ls -l "$wheels"/torch-*.whl 2>/dev/null || true
+  cat "$repo/inventory/group_vars/all/versions.yml"
+  find "$repo/roles/verl/files/locks" "$repo/tools/verl_pascal_prefetch" -type f -name '*.txt' -o -type f -name '*.py' |
+    sort | xargs cat) | sha256sum | cut -d' ' -f1)
 if [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
   echo "build-standins: up to date in $out"
   exit 0
@@ -187,5 +193,20 @@ torch_version: "$torch_standin_version"  # STAND-IN override: the real CPU wheel
 torchvision_version: ""  # STAND-IN override: skipped (no CPU wheel here)
 torchaudio_version: ""  # STAND-IN override: skipped (no CPU wheel here)
 YML
+# --- verl: the lock's sdists and their dependency locks, with bin/prefetch ----
+# The command a site runs to fill its mirror (README: "Offline and fleets"):
+# each release of verl_releases (pip downloads the sdist; its sha256 is the
+# lock's) and, for the stand-in Python and torch, each dependency lock as wheels
+# (sdists where a project has none); setuptools and wheel, to build those and
+# verl's tree offline, are in simple/ already. pip's HTTP cache is the tests'
+# one, so a rebuild downloads nothing again.
+py=${VENV:-$repo/.venv}/bin/python
+torch_ab=$(echo "${torch_standin_version%%+*}" | cut -d. -f1,2)
+locks=()
+for lock in "$repo"/roles/verl/files/locks/verl-*/py3.11-torch"$torch_ab".txt; do
+  [[ -f $lock ]] && locks+=("--pip-lock=$lock")
+done
+env ${VERL_PASCAL_PIP_CACHE:+PIP_CACHE_DIR="$VERL_PASCAL_PIP_CACHE"} "$py" "$repo/bin/prefetch" --mirror "$out/mirror" \
+  --no-progress --var python_version=3.11.2 --only verl_releases "${locks[@]}"
 echo "$stamp" >"$out/.stamp"
 echo "build-standins: built in $out"

@@ -197,3 +197,52 @@ def test_wrongly_typed_variable_fails_before_any_task(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "preflight_profile" in proc.stdout
     assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_both_mirrors_set_fails_before_the_gpu_is_read(tmp_path: Path) -> None:
+    mirrors = json.dumps({"artifact_mirror_url": "http://mirror.example.org:8080", "artifact_mirror_dir": str(tmp_path)})
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", mirrors)
+    assert proc.returncode != 0
+    assert "Both artifact_mirror_url" in proc.stdout and "not both" in proc.stdout
+    assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def mirror_dir(root: Path, files: list[str], wheels: bool = True) -> Path:
+    root.mkdir()
+    for name in files:
+        (root / name).write_bytes(b"x")
+    if wheels:
+        (root / "simple" / "demo").mkdir(parents=True)
+        (root / "simple" / "demo" / "demo-1.0-py3-none-any.whl").write_bytes(b"x")
+    return root
+
+
+LOCK_FILES = ["cuda_11.8.0_520.61.05_linux.run", "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz",
+              "Miniforge3-26.3.2-3-Linux-x86_64.sh", "apex-24.04.01.tar.gz", "verl-0.5.0.tar.gz"]
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_mirror_dir_lacking_files_names_them_and_the_prefetch_command(tmp_path: Path, check: bool) -> None:
+    mirror = mirror_dir(tmp_path / "mirror", [n for n in LOCK_FILES if not n.startswith(("apex", "verl"))])
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")),
+                            "-e", f"artifact_mirror_dir={mirror}", check=check)
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert "lacks apex-24.04.01.tar.gz, verl-0.5.0.tar.gz" in out
+    assert f"bin/prefetch --mirror {mirror} --only apex-24.04.01.tar.gz verl-0.5.0.tar.gz" in out
+    assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_mirror_dir_without_wheels_says_how_to_add_them(tmp_path: Path) -> None:
+    mirror = mirror_dir(tmp_path / "mirror", LOCK_FILES, wheels=False)
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", f"artifact_mirror_dir={mirror}")
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert "has no wheels under simple/" in out and "--pip-lock" in out and "lacks" not in out
+
+
+def test_complete_mirror_dir_passes(tmp_path: Path) -> None:
+    mirror = mirror_dir(tmp_path / "mirror", LOCK_FILES)
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", f"artifact_mirror_dir={mirror}")
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "pascal"
