@@ -20,11 +20,37 @@ mkdir -p "$VERL_PASCAL_PIP_CACHE"
 chmod 1777 "$VERL_PASCAL_PIP_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
+# The offline scenario's image: the base image plus the Debian packages that
+# the shared prepare and the cuda_toolkit role install with apt (its container
+# has no network; an offline site's boxes get them from the site's apt mirror).
+offline_packages="python3-venv python3-dev $(sed -n 's/^cuda_toolkit_host_compiler_packages: *\[\(.*\)\]/\1/p' \
+  "$root/roles/cuda_toolkit/vars/Debian-12.yml" | tr -d ',')"
+VERL_PASCAL_OFFLINE_IMAGE=localhost/verl-pascal-debian12-offline:$(echo "$VERL_PASCAL_IMAGE $offline_packages" |
+  sha256sum | cut -c1-12)
+export VERL_PASCAL_OFFLINE_IMAGE
 
-# Build what is missing: the Debian 12 image and the stand-in artifacts.
+# Build what is missing: the Debian 12 images and the stand-in artifacts.
 build_test_inputs() {
   "$root/scripts/build-base-image.sh"
+  build_offline_image
   "$root/scripts/build-standins.sh" "$VERL_PASCAL_STANDINS"
+}
+
+# Build (or reuse) VERL_PASCAL_OFFLINE_IMAGE from the base image, with the network.
+build_offline_image() {
+  local ctr=verl-pascal-offline-image-$$
+  if podman image exists "$VERL_PASCAL_OFFLINE_IMAGE"; then
+    echo "build-offline-image: reusing $VERL_PASCAL_OFFLINE_IMAGE"
+    return 0
+  fi
+  # shellcheck disable=SC2086 # a list of packages
+  podman run --name "$ctr" --network host \
+    -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    -v "$VERL_PASCAL_APT_CACHE:/var/cache/apt/archives" "$VERL_PASCAL_IMAGE" \
+    sh -c "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $offline_packages >/dev/null"
+  podman commit --quiet "$ctr" "$VERL_PASCAL_OFFLINE_IMAGE" >/dev/null
+  podman rm "$ctr" >/dev/null
+  echo "build-offline-image: built $VERL_PASCAL_OFFLINE_IMAGE ($offline_packages)"
 }
 
 # Serve the stand-ins on a free loopback port until the calling script exits;
