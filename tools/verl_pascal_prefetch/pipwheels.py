@@ -91,12 +91,7 @@ def pip_command(opts: PipOptions, dest: Path, lock: Optional[Path] = None) -> Li
         cmd += ["--python-version", opts.python_version]
     for platform in opts.platforms:
         cmd += ["--platform", platform]
-    if opts.index_url:
-        cmd += ["--index-url", opts.index_url]
-    for url in opts.extra_index_urls:
-        cmd += ["--extra-index-url", url]
-    for link in opts.find_links:
-        cmd += ["--find-links", link]
+    cmd += index_options(opts)
     for req in [lock] if lock else opts.requirements:
         cmd += ["-r", str(req)]
     return cmd + list(opts.extra_args)
