@@ -3,10 +3,12 @@
 
 Each cell is one run of bench/ppo_p40_rules.py (patched verl, the rendered
 launch script, the allocator cap, TF32 off; the per-op guard only with
---guard) for a few steps. Cells run side by side, --parallel at a time, each in its own Ray cluster: on a big GPU (an H200 holds five
-22 GiB-capped processes) this puts a whole sweep into minutes. Memory is per
-process and carries over to a P40; seconds do not, and when cells share a GPU
-they are slower still (the table says how many ran at once).
+--guard) for a few steps. Cells run side by side, --parallel at a time, each
+in its own Ray cluster: a big GPU holds several 22 GiB-capped processes (139
+GiB / 24 GiB: five on an H200), which puts a whole sweep into minutes. The
+2026-11-29 sweep ran four at a time. Memory is per process and carries over
+to a P40; seconds do not, and when cells share a GPU they are slower still
+(the table says how many ran at once).
 
     python3 bench/ppo_sweep.py --verl-sdist verl-0.5.0.tar.gz --shape qwen2.5-0.5b \\
         --batches 1 8 32 64 --attn sdpa eager --offload on off --steps 2
