@@ -49,8 +49,20 @@ def test_row_has_exactly_verls_schema() -> None:
 def test_convert_limits_and_names_bad_rows() -> None:
     rows = gsm8k.convert([GSM8K_ROW] * 5, "test", limit=3)
     assert [r["extra_info"]["index"] for r in rows] == [0, 1, 2]
-    with pytest.raises(gsm8k.DataError, match="row 1 has no 'answer'"):
+    with pytest.raises(gsm8k.DataError, match="^row 1: no 'answer' field"):
         gsm8k.convert([GSM8K_ROW, {"question": "q"}], "train")
+
+
+@pytest.mark.parametrize(("row", "problem"), [
+    ({"question": None, "answer": "#### 1"}, "question is null"),
+    ({"question": "q", "answer": None}, "answer is null"),
+    ({"question": 7, "answer": "#### 1"}, "question is int, not text"),
+    (["q", "#### 1"], "not an object but list"),
+])
+def test_a_null_or_non_text_field_is_refused_not_turned_into_text(row, problem: str) -> None:
+    with pytest.raises(gsm8k.DataError) as info:
+        gsm8k.convert([GSM8K_ROW, row], "train")
+    assert str(info.value).startswith(f"row 1: {problem}")
 
 
 def test_generated_problems_are_gsm8k_format_and_deterministic() -> None:
@@ -72,6 +84,64 @@ def test_parquet_round_trip_and_idempotent_write(tmp_path: Path) -> None:
     assert not gsm8k.write_if_changed(str(path), gsm8k.parquet_bytes(rows))
     assert path.stat().st_mtime_ns == mtime
     assert pq.read_table(path).to_pylist() == rows
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_outputs_are_readable_by_the_training_user_and_others(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    old_umask = os.umask(0o022)
+    try:
+        path = tmp_path / "train.parquet"
+        assert gsm8k.write_if_changed(str(path), gsm8k.parquet_bytes(gsm8k.convert(generate.problems(2), "train")))
+        assert _mode(path) == 0o644
+        # a same-content file left 0600 by an older converter is fixed, and that is a change
+        path.chmod(0o600)
+        assert gsm8k.write_if_changed(str(path), path.read_bytes())
+        assert _mode(path) == 0o644
+    finally:
+        os.umask(old_umask)
+
+
+def _two_datasets(tmp_path: Path) -> tuple:
+    train, test = tmp_path / "train.parquet", tmp_path / "test.parquet"
+    train.write_bytes(b"old train")
+    test.write_bytes(b"old test")
+    return train, test
+
+
+def test_a_failed_test_write_leaves_both_old_files_and_no_temp_files(tmp_path: Path, monkeypatch) -> None:
+    train, test = _two_datasets(tmp_path)
+    real_fdopen = os.fdopen
+    opened = []
+
+    def fdopen_failing_on_the_second_file(fd, *args, **kwargs):
+        opened.append(fd)
+        if len(opened) == 2:
+            os.close(fd)
+            raise OSError(28, "No space left on device")
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(gsm8k.os, "fdopen", fdopen_failing_on_the_second_file)
+    with pytest.raises(OSError, match="No space left"):
+        gsm8k.write_together({str(train): b"new train", str(test): b"new test"})
+    assert train.read_bytes() == b"old train" and test.read_bytes() == b"old test"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.parquet", "train.parquet"]
+
+
+def test_a_failed_rename_removes_the_temp_files(tmp_path: Path, monkeypatch) -> None:
+    train, test = _two_datasets(tmp_path)
+
+    def replace_fails(src, dst):
+        raise PermissionError(13, "Permission denied", dst)
+
+    monkeypatch.setattr(gsm8k.os, "replace", replace_fails)
+    with pytest.raises(PermissionError):
+        gsm8k.write_together({str(train): b"new train", str(test): b"new test"})
+    assert train.read_bytes() == b"old train" and test.read_bytes() == b"old test"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.parquet", "train.parquet"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -114,7 +184,101 @@ def test_cli_bad_file_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "no number"}\n')
     proc = run_cli("--train-file", str(bad), "--test-file", str(bad), "--out", str(tmp_path / "o"))
-    assert proc.returncode == 2 and "row 0" in proc.stderr
+    assert proc.returncode == 2 and f"{bad}:1: no '#### <number>'" in proc.stderr
+
+
+def _jsonl(path: Path, *lines: bytes) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+GOOD = json.dumps(GSM8K_ROW).encode()
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ((GOOD, b"", b'["q", "#### 1"]'), ":3: not a JSON object but list"),
+    ((GOOD, b'{"question": null, "answer": "#### 1"}'), ":2: question is null"),
+    ((GOOD, b'{"question": "q", "answer": null}'), ":2: answer is null"),
+    ((GOOD, b'{"question": "caf\xe9", "answer": "#### 1"}'), ":2: not UTF-8 text (byte 0xe9 at column 18)"),
+    ((GOOD, b"{oops"), ":2: not JSON"),
+], ids=["not-an-object", "null-question", "null-answer", "latin-1", "not-json"])
+def test_cli_names_the_file_and_line_of_bad_input(tmp_path: Path, lines, message: str) -> None:
+    pytest.importorskip("pyarrow")
+    good = _jsonl(tmp_path / "good.jsonl", GOOD)
+    bad = _jsonl(tmp_path / "bad.jsonl", *lines)
+    proc = run_cli("--train-file", str(good), "--test-file", str(bad), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {bad}{message}"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o" / "train.parquet").exists()  # the good split is not written alone
+
+
+def test_cli_reports_a_parquet_that_is_not_parquet(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    fake = tmp_path / "train.parquet"
+    fake.write_text('{"question": "q", "answer": "#### 1"}\n')
+    good = _jsonl(tmp_path / "test.jsonl", GOOD)
+    proc = run_cli("--train-file", str(fake), "--test-file", str(good), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {fake}: not a parquet file ("), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_names_the_row_of_a_null_in_a_parquet(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    source = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist([GSM8K_ROW, {"question": None, "answer": "#### 2"}]), source)
+    good = _jsonl(tmp_path / "train.jsonl", GOOD)
+    proc = run_cli("--train-file", str(good), "--test-file", str(source), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {source}: row 1: question is null"), proc.stderr
+
+
+def test_cli_refuses_an_empty_split_and_writes_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    good = _jsonl(tmp_path / "train.jsonl", GOOD)
+    empty = tmp_path / "test.jsonl"
+    empty.write_text("\n")
+    out = tmp_path / "o"
+    proc = run_cli("--train-file", str(good), "--test-file", str(empty), "--out", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {empty}: no rows"), proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--generate", "0"), "argument --generate: 0 is not 1 or more"),
+    (("--generate", "4", "--limit", "-1"), "argument --limit: -1 is not 1 or more"),
+    (("--generate", "4", "--limit", "0"), "argument --limit: 0 is not 1 or more"),
+])
+def test_cli_refuses_counts_that_give_an_empty_dataset(tmp_path: Path, args, message: str) -> None:
+    proc = run_cli(*args, "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_failing_to_write_test_keeps_the_old_pair(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "o"
+    assert run_cli("--generate", "3", "--out", str(out)).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    # test.parquet cannot be replaced: a directory stands in its place
+    (out / "test.parquet").unlink()
+    (out / "test.parquet").mkdir()
+    (out / "test.parquet" / "keep").write_text("x")
+    proc = run_cli("--generate", "5", "--out", str(out))
+    assert proc.returncode == 2 and "test.parquet" in proc.stderr, proc.stderr
+    assert (out / "train.parquet").read_bytes() == before["train.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["test.parquet", "train.parquet"]
+
+
+def test_cli_outputs_are_mode_0644(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    proc = subprocess.run(["sh", "-c", 'umask 022; exec "$@"', "sh", sys.executable, str(REPO / "bin" / "gsm8k-to-verl"),
+                           "--generate", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: _mode(p) for p in tmp_path.iterdir()} == {"train.parquet": 0o644, "test.parquet": 0o644}
 
 
 def _verl_reward(sdist_path: Path, tmp_path: Path):
