@@ -18,7 +18,11 @@ options:
     type: path
     required: true
   dest:
-    description: Root of the destination tree; must be on the same filesystem as I(src).
+    description:
+      - Root of the destination tree.
+      - Every directory a file is linked into must be on the filesystem of I(src),
+        symlinks followed (CUDA's C(lib64) is a symlink into C(targets/)); this is checked
+        for all of them before the first link is made, so a refusal changes nothing.
     type: path
     required: true
   dirs:
@@ -52,8 +56,10 @@ actions:
   sample: ["hard-link /usr/local/cuda-11.8/lib/libcudnn.so.8.9.7 -> /usr/local/cudnn/.../lib/libcudnn.so.8.9.7"]
 """
 
+from typing import List
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.linktree import LinkTreeError, apply, plan
+from ansible.module_utils.linktree import Action, LinkTreeError, apply, plan
 
 
 def main() -> None:
@@ -67,12 +73,15 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    done: List[Action] = []
     try:
         actions = plan(p["state"], p["src"], p["dest"], {str(k): str(v) for k, v in p["dirs"].items()})
         if actions and not module.check_mode:
-            apply(actions)
+            apply(actions, done)
     except (LinkTreeError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        # A plan is refused before anything changes; an error while applying
+        # it (disk full, permissions) says what was already done.
+        module.fail_json(msg=str(exc), changed=bool(done), actions=[a.describe() for a in done])
     described = [a.describe() for a in actions]
     result = {"changed": bool(actions), "actions": described}
     if module._diff and actions:

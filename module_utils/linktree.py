@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import Iterator, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 PRESENT = "present"
 ABSENT = "absent"
@@ -60,10 +60,32 @@ def _lstat(path: str) -> "os.stat_result | None":
 
 
 def _device_of_nearest(path: str) -> int:
+    """Filesystem (st_dev) a new entry at path lands on: that of the nearest
+    existing parent, symlinks followed (CUDA's lib64 may point elsewhere)."""
     current = path
     while not os.path.exists(current):
         current = os.path.dirname(current)
     return os.stat(current).st_dev
+
+
+class _SameFilesystem:
+    """Refuses a hard link into a directory on another filesystem than its
+    source; remembers the verdict per directory."""
+
+    def __init__(self) -> None:
+        self._devices: Dict[str, int] = {}
+
+    def check(self, src: str, src_dev: int, dest: str) -> None:
+        directory = os.path.dirname(dest)
+        if directory not in self._devices:
+            self._devices[directory] = _device_of_nearest(directory)
+        if self._devices[directory] != src_dev:
+            raise LinkTreeError(
+                f"{directory} (which is {os.path.realpath(directory)}) and {os.path.dirname(src)} are on "
+                "different filesystems, so hard links are impossible and nothing was linked: unpack onto "
+                "the filesystem of the CUDA directory (cudnn_install_root), or make the destination a "
+                "directory on the source's filesystem."
+            )
 
 
 def _top_dirs(dest_root: str, mapping: Mapping[str, str]) -> List[Action]:
@@ -81,12 +103,11 @@ def _top_dirs(dest_root: str, mapping: Mapping[str, str]) -> List[Action]:
 
 
 def plan_present(src_root: str, dest_root: str, mapping: Mapping[str, str]) -> List[Action]:
-    """What must change so dest_root holds links to everything below the mapped directories."""
-    if _device_of_nearest(dest_root) != os.stat(src_root).st_dev:
-        raise LinkTreeError(
-            f"{src_root} and {dest_root} are on different filesystems, so hard links are impossible: "
-            "unpack onto the filesystem of the CUDA directory (cudnn_install_root)."
-        )
+    """What must change so dest_root holds links to everything below the mapped directories.
+
+    Every hard link's destination directory is checked to be on its source's
+    filesystem (after symlinks) while planning, so a refused plan changes nothing."""
+    same_fs = _SameFilesystem()
     actions = _top_dirs(dest_root, mapping)
     for src, dest, st in walk(src_root, dest_root, mapping):
         have = _lstat(dest)
@@ -105,6 +126,7 @@ def plan_present(src_root: str, dest_root: str, mapping: Mapping[str, str]) -> L
             if have is not None and stat.S_ISREG(have.st_mode) and (have.st_dev, have.st_ino) == (st.st_dev, st.st_ino):
                 continue
             _refuse_directory(dest, have)
+            same_fs.check(src, st.st_dev, dest)
             actions.append(Action("hardlink", dest, src, replaces=have is not None))
     return actions
 
@@ -130,8 +152,10 @@ def _refuse_directory(dest: str, have: "os.stat_result | None") -> None:
         raise LinkTreeError(f"{dest} is a directory where a file belongs; move it away and run again.")
 
 
-def apply(actions: Sequence[Action]) -> None:
-    """Carry out a plan; each replacement is atomic (link beside, then rename)."""
+def apply(actions: Sequence[Action], done: Optional[List[Action]] = None) -> None:
+    """Carry out a plan; each replacement is atomic (link beside, then rename).
+    Each finished action is appended to ``done``, so a caller that meets an
+    error midway can say what was already changed."""
     for action in actions:
         if action.kind == "mkdir":
             os.mkdir(action.path, 0o755)
@@ -146,6 +170,8 @@ def apply(actions: Sequence[Action]) -> None:
             else:
                 os.symlink(action.source, tmp)
             os.replace(tmp, action.path)
+        if done is not None:
+            done.append(action)
 
 
 def plan(state: str, src_root: str, dest_root: str, mapping: Mapping[str, str]) -> List[Action]:

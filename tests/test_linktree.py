@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from conftest import ANSIBLE, run_ansible_module
 from module_utils import linktree as lt
 
 
@@ -112,3 +114,90 @@ def test_different_filesystems_are_refused(trees) -> None:
         pytest.skip("needs /dev/shm on another filesystem than the test's tmp dir")
     with pytest.raises(lt.LinkTreeError, match="different filesystems"):
         lt.plan("present", str(src), str(other / "verl-pascal-test-cuda"), MAPPING)
+
+
+def _nothing_linked(src: Path, dest: Path) -> None:
+    assert not (dest / "targets" / "x86_64-linux" / "include" / "cudnn_version.h").exists()
+    linked = [p for p in dest.rglob("*") if p.name.startswith("libcudnn") or p.name == "cudnn_version.h"]
+    assert linked == []
+
+
+def test_a_destination_symlinked_to_another_filesystem_is_refused_before_any_link(trees, monkeypatch) -> None:
+    """include stays on the source's filesystem, lib64 resolves to another one:
+    the plan is refused, and nothing (not even include) is linked."""
+    src, dest = trees
+    other = dest / "targets" / "x86_64-linux" / "lib"
+    other.mkdir()
+    os.symlink("targets/x86_64-linux/lib", dest / "lib64")
+    real_device = lt._device_of_nearest
+
+    def device(path: str) -> int:
+        on_other = os.path.realpath(path).startswith(str(other.resolve()))
+        return real_device(path) + 1 if on_other else real_device(path)
+
+    monkeypatch.setattr(lt, "_device_of_nearest", device)
+    with pytest.raises(lt.LinkTreeError, match="different filesystems") as info:
+        link(src, dest)
+    assert str(dest / "lib64") in str(info.value) and str(other.resolve()) in str(info.value)
+    _nothing_linked(src, dest)
+
+
+def test_lib64_on_a_real_other_filesystem_links_nothing(trees) -> None:
+    src, dest = trees
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK) or shm.stat().st_dev == src.stat().st_dev:
+        pytest.skip("needs a writable /dev/shm on another filesystem than the test's tmp dir")
+    other = shm / f"verl-pascal-test-lib64-{os.getpid()}-{dest.parent.name}"
+    other.mkdir()
+    try:
+        os.symlink(other, dest / "lib64")
+        with pytest.raises(lt.LinkTreeError, match="different filesystems"):
+            link(src, dest)
+        _nothing_linked(src, dest)
+        assert list(other.iterdir()) == []
+    finally:
+        for entry in other.iterdir():
+            entry.unlink()
+        other.rmdir()
+
+
+def test_apply_records_what_it_did_before_an_error(trees, monkeypatch) -> None:
+    src, dest = trees
+    actions = lt.plan("present", str(src), str(dest), MAPPING)
+    real_link = os.link
+    calls = []
+
+    def link_then_fail(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real_link(source, target)
+
+    monkeypatch.setattr(lt.os, "link", link_then_fail)
+    done: list = []
+    with pytest.raises(OSError):
+        lt.apply(actions, done)
+    assert done and done == actions[: len(done)]
+    assert sum(a.kind == "hardlink" for a in done) == 1
+
+
+@pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
+def test_module_refuses_a_cross_filesystem_lib64_without_changing_anything(trees, tmp_path: Path) -> None:
+    src, dest = trees
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK) or shm.stat().st_dev == src.stat().st_dev:
+        pytest.skip("needs a writable /dev/shm on another filesystem than the test's tmp dir")
+    other = shm / f"verl-pascal-test-lib64-{os.getpid()}-{tmp_path.name}"
+    other.mkdir()
+    try:
+        os.symlink(other, dest / "lib64")
+        args = json.dumps({"src": str(src), "dest": str(dest), "dirs": MAPPING})
+        result = run_ansible_module(tmp_path, "link_tree", args)
+        assert result.get("failed") is True and result.get("changed") is False, result
+        assert "different filesystems" in result["msg"] and "nothing was linked" in result["msg"]
+        _nothing_linked(src, dest)
+        assert list(other.iterdir()) == []
+    finally:
+        for entry in other.iterdir():
+            entry.unlink()
+        other.rmdir()
