@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 .PHONY: test demo setup venv lint unit molecule clean
 
 ## test: everything CI runs, from a fresh machine (needs root for packages and Podman)
-test: setup venv lint unit molecule
+test:
+	scripts/stages.sh setup venv lint unit molecule
 
 ## demo: provision a throwaway container as if it were p40-box, with stand-in artifacts
 demo: setup venv

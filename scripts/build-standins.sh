@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the STAND-IN artifacts for what CI cannot download (DESIGN.md section 5):
+# Build the STAND-IN artifacts for what CI cannot download:
 # a CUDA 11.8 runfile (a real makeself archive honouring the real installer's
 # flags) and a cuDNN 8.9.7 tarball with the real name and layout, a Miniforge
 # installer whose conda runs on the container's python3, an apex source archive
@@ -198,15 +198,15 @@ YML
 # each release of verl_releases (pip downloads the sdist; its sha256 is the
 # lock's) and, for the stand-in Python and torch, each dependency lock as wheels
 # (sdists where a project has none); setuptools and wheel, to build those and
-# verl's tree offline, are in simple/ already. pip's HTTP cache is the tests'
-# one, so a rebuild downloads nothing again.
+# verl's tree offline, are in simple/ already. pip's HTTP cache is this user's
+# own (never the containers' pip cache), so a rebuild downloads nothing again.
 py=${VENV:-$repo/.venv}/bin/python
 torch_ab=$(echo "${torch_standin_version%%+*}" | cut -d. -f1,2)
 locks=()
 for lock in "$repo"/roles/verl/files/locks/verl-*/py3.11-torch"$torch_ab".txt; do
   [[ -f $lock ]] && locks+=("--pip-lock=$lock")
 done
-env ${VERL_PASCAL_PIP_CACHE:+PIP_CACHE_DIR="$VERL_PASCAL_PIP_CACHE"} "$py" "$repo/bin/prefetch" --mirror "$out/mirror" \
+"$py" "$repo/bin/prefetch" --mirror "$out/mirror" \
   --no-progress --var python_version=3.11.2 --only verl_releases "${locks[@]}"
 echo "$stamp" >"$out/.stamp"
 echo "build-standins: built in $out"

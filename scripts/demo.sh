@@ -21,7 +21,7 @@ fi
 podman run -d --name "$name" --network host \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
   -v "$VERL_PASCAL_APT_CACHE:/var/cache/apt/archives" \
-  -v "$VERL_PASCAL_PIP_CACHE:/var/cache/verl-pascal-test/pip" \
+  -v "$VERL_PASCAL_BOX_PIP_CACHE:$VERL_PASCAL_BOX_PIP_MOUNT" \
   "$VERL_PASCAL_IMAGE" sleep infinity >/dev/null
 podman cp "$VERL_PASCAL_STANDINS/nvidia-smi" "$name:/usr/bin/nvidia-smi"
 # The STAND-IN conda makes envs with the container's python3 (a real Miniforge

@@ -13,11 +13,12 @@ export VERL_PASCAL_STANDINS=$cache/standins
 # running side by side must not share one.
 export VERL_PASCAL_APT_CACHE=${VERL_PASCAL_APT_CACHE:-/var/cache/verl-pascal-test/apt/${VERL_PASCAL_INSTANCE:-p40-box}}
 mkdir -p "$VERL_PASCAL_APT_CACHE"
-# Mounted as pip's cache for the training user's installs in the containers
-# (pip_cache_dir in the generated host vars); writable for that user.
-export VERL_PASCAL_PIP_CACHE=${PIP_CACHE_DIR:-/var/cache/verl-pascal-test/pip}
-mkdir -p "$VERL_PASCAL_PIP_CACHE"
-chmod 1777 "$VERL_PASCAL_PIP_CACHE"
+# Mounted as the pip cache of the containers' training user (pip_cache_dir in
+# the generated host vars). Only that user writes it, and the conda role hands
+# it to that user: it is never this machine's own pip cache, which root fills
+# (a cache root writes first has directories the training user cannot write).
+export VERL_PASCAL_BOX_PIP_CACHE=${VERL_PASCAL_BOX_PIP_CACHE:-/var/cache/verl-pascal-test/box-pip}
+mkdir -p "$VERL_PASCAL_BOX_PIP_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
 # The offline scenario's image: the base image plus the Debian packages that
@@ -53,6 +54,9 @@ build_offline_image() {
   echo "build-offline-image: built $VERL_PASCAL_OFFLINE_IMAGE ($offline_packages)"
 }
 
+# Where the containers see VERL_PASCAL_BOX_PIP_CACHE (Molecule's platforms too).
+export VERL_PASCAL_BOX_PIP_MOUNT=/var/cache/verl-pascal-test/pip
+
 # Serve the stand-ins on a free loopback port until the calling script exits;
 # sets mirror_url.
 start_mirror() {
@@ -76,7 +80,7 @@ start_mirror() {
 standin_host_vars() {
   echo "# Generated: this host takes the STAND-IN artifacts from the local mirror."
   echo "artifact_mirror_url: $mirror_url"
-  echo "pip_cache_dir: /var/cache/verl-pascal-test/pip  # the host's pip cache, mounted"
+  echo "pip_cache_dir: $VERL_PASCAL_BOX_PIP_MOUNT  # the training user's pip cache, mounted from this machine"
   echo "# No hub from here: GSM8K-format problems made on the box, no model download."
   echo "launch_gsm8k_source: generate"
   echo "launch_gsm8k_generate_count: 64"

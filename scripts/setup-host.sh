@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare the controller for `make test` / `make demo`: system packages and
-# Podman settings (DESIGN.md section 5). Idempotent; needs root.
+# Podman settings. Idempotent; needs root.
 set -euo pipefail
 
 packages=(podman runc debootstrap makeself shellcheck xz-utils python3-venv ca-certificates)
@@ -23,7 +23,7 @@ fi
 # crun fails on setrlimit on these hosts; runc works. No default ulimits.
 conf_dir=/etc/containers/containers.conf.d
 conf=$conf_dir/50-verl-pascal.conf
-want='# Written by verl-pascal scripts/setup-host.sh (DESIGN.md section 5).
+want='# Written by verl-pascal scripts/setup-host.sh.
 [containers]
 default_ulimits = []
 
