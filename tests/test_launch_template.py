@@ -4,11 +4,15 @@ refusal on Pascal. Its --check-config against a real verl runs in Molecule."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -39,6 +43,50 @@ def render(tmp_path: Path, **overrides: object) -> Path:
 
 def run(script: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60)
+
+
+# The script refuses root for anything but --dry-run: as root (CI), the tests
+# that compose or run take the uid of `nobody`, in a directory it can reach.
+USER_KW = {"user": pwd.getpwnam("nobody").pw_uid} if os.geteuid() == 0 else {}
+
+
+@pytest.fixture
+def box() -> Iterator[Path]:
+    top = Path(tempfile.mkdtemp(prefix="verl-ppo-test-"))
+    top.chmod(0o777)
+    yield top
+    shutil.rmtree(top)
+
+
+def run_as_user(script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60, cwd="/", **USER_KW)
+
+
+def start_as_user(script: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd="/", **USER_KW)
+
+
+# A STAND-IN for the env's python (no verl, no GPU here): composes a fixed
+# configuration for `--cfg job`, answers the script's rollout question with
+# `hf`, and "trains" by recording that it ran. What it stands in for is
+# exercised with the real verl in the Molecule default scenario.
+STANDIN_PYTHON = """#!/bin/sh
+case "$1" in
+  -c) echo hf ;;
+  -m) for a in "$@"; do [ "$a" = --cfg ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n'; exit 0; }; done
+      touch "$(dirname "$0")/../../trained" ;;
+esac
+"""
+
+
+def standin_env(box: Path) -> Path:
+    env = box / "env"
+    (env / "bin").mkdir(parents=True)
+    python = env / "bin" / "python"
+    python.write_text(STANDIN_PYTHON)
+    python.chmod(0o755)
+    return env
 
 
 def dry_run_args(script: Path, *args: str) -> list[str]:
@@ -93,10 +141,12 @@ def test_extra_arguments_pass_through_last(tmp_path: Path) -> None:
     assert argv[-2:] == ["trainer.total_epochs=3", "data.train_batch_size=8"]
 
 
-def test_vllm_is_refused_below_compute_capability_7(tmp_path: Path) -> None:
-    proc = run(render(tmp_path), "--dry-run", "actor_rollout_ref.rollout.name=vllm")
-    assert proc.returncode == 2
-    assert "7.0" in proc.stderr and "rollout.name=hf" in proc.stderr
+def test_dry_run_judges_nothing_and_prints_any_rollout(tmp_path: Path) -> None:
+    """The refusal of vLLM on Pascal is made on the composed configuration
+    (--check-config and runs; against the real verl in Molecule), never on how
+    an argument is spelled."""
+    argv = dry_run_args(render(tmp_path), "++actor_rollout_ref.rollout.name=vllm")
+    assert argv[-1] == "++actor_rollout_ref.rollout.name=vllm"
 
 
 def test_vllm_is_allowed_where_the_gpu_supports_it(tmp_path: Path) -> None:
@@ -110,13 +160,44 @@ def test_no_placebo_variable_is_exported(tmp_path: Path) -> None:
     assert "export HYDRA_FULL_ERROR=1" in text and "export PYTORCH_CUDA_ALLOC_CONF=" in text
 
 
-def test_check_config_reports_a_rejected_override(tmp_path: Path) -> None:
+def test_check_config_reports_a_rejected_override(box: Path) -> None:
     """--check-config fails with verl's message when the composition fails (here:
     no verl at all behind the env's python, the state of a broken install)."""
-    script = render(tmp_path, conda_env_prefix=str(tmp_path / "no-env"))
-    proc = run(script, "--check-config")
-    assert proc.returncode == 1
+    script = render(box, conda_env_prefix=str(box / "no-env"), launch_runs_dir=str(box / "runs"))
+    proc = run_as_user(script, "--check-config")
+    assert proc.returncode == 1, proc.stderr
     assert "rejects the configuration" in proc.stderr
+
+
+def test_a_run_whose_config_fails_leaves_no_run_directory(box: Path) -> None:
+    script = render(box, conda_env_prefix=str(box / "no-env"), launch_runs_dir=str(box / "runs"))
+    proc = run_as_user(script, "trainer.total_epochs=1")
+    assert proc.returncode == 1, proc.stderr
+    assert list((box / "runs").iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs as root to see the refusal")
+@pytest.mark.parametrize("mode", [[], ["--check-config"]])
+def test_root_is_refused_before_anything_runs(box: Path, mode: list[str]) -> None:
+    script = render(box, conda_env_prefix=str(standin_env(box)), launch_runs_dir=str(box / "runs"))
+    proc = run(script, *mode)
+    assert proc.returncode == 2
+    assert "refusing to run verl as root" in proc.stderr and "sudo -u verl" in proc.stderr
+    assert not (box / "runs").exists()
+    assert not (box / "trained").exists()
+
+
+def test_two_runs_started_in_the_same_second_get_two_run_directories(box: Path) -> None:
+    script = render(box, conda_env_prefix=str(standin_env(box)), launch_runs_dir=str(box / "runs"))
+    procs = [start_as_user(script) for _ in range(3)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    dirs = sorted((box / "runs").iterdir())
+    assert len(dirs) == 3
+    for run_dir in dirs:
+        assert (run_dir / "config.yaml").read_text().startswith("actor_rollout_ref:")
+        assert "trainer.default_local_dir=%s/checkpoints" % run_dir in (run_dir / "command.sh").read_text()
 
 
 @pytest.mark.parametrize("profile, rollout, actor_offload", [("pascal", "hf", "False"), ("native", "hf", "False"),

@@ -35,6 +35,7 @@ DEFAULTS: Dict[str, Any] = {
     "launch_test_freq": -1,
     "launch_profile": "pascal",
     "launch_rollout": "hf",
+    "training_user": "verl",
 }
 
 
