@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Debian 12 base image the Molecule scenarios run in.
 # No image registry is reachable from CI, so the image comes from Debian's
-# archive through debootstrap, then `podman import` (DESIGN.md section 5).
+# archive through debootstrap, then `podman import`.
 # The archive URL is read from this machine's apt sources, never written here.
 set -euo pipefail
 

@@ -14,7 +14,7 @@ spec = importlib.util.spec_from_file_location("verl_pascal_torch_check", SCRIPT)
 check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check)
 
-# torch 2.6.0+cu118's arch list (DESIGN.md section 2): no sm_61.
+# torch 2.6.0+cu118's arch list: no sm_61 (the P40 runs the sm_60 code).
 CU118 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 # cu128 builds dropped Pascal.
 CU128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]

@@ -6,7 +6,7 @@ an H200 proves nothing about a P40 unless it is held to the same limits:
 
 * memory: PyTorch's caching allocator is capped (``set_per_process_memory_fraction``);
   the CUDA context, cuBLAS and NCCL sit outside that cap, so a faithful cap is
-  about 22 GiB for a 24 GB card (DESIGN.md section 8);
+  about 22 GiB for a 24 GB card (docs/benchmarks.md);
 * TF32 stays off (Pascal has no tensor cores: fp32 means fp32);
 * a guard fails the run on any bf16 or fp16 floating-point result on the GPU,
   and on any flash or cuDNN attention kernel (the memory-efficient SDPA kernel,
