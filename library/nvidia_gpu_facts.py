@@ -22,7 +22,9 @@ description:
     whether bf16 is native, and whether the driver runs the requested CUDA toolkit.
   - Does not fail when there is no GPU, no driver or no nvidia-smi, or when the driver
     is too old; it reports that in the facts, for a later assert to word. It fails only
-    when nvidia-smi prints output it cannot parse, or when O(cuda_version) is unknown.
+    when nvidia-smi prints output it cannot parse, when it does not answer within
+    O(timeout) (a hung driver or GPU; the message says what to check), or when
+    O(cuda_version) is unknown.
 version_added: "0.1.0"
 author:
   - verl-pascal contributors
@@ -40,6 +42,12 @@ options:
       - Set to an empty string to skip the check (the fact is then V(null)).
     type: str
     default: "11.8"
+  timeout:
+    description:
+      - Seconds each nvidia-smi call may take. A hung driver or GPU makes nvidia-smi hang
+        forever; after this the module kills it and fails, saying what to check.
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
@@ -64,6 +72,7 @@ EXAMPLES = r"""
   nvidia_gpu_facts:
     nvidia_smi: /usr/local/nvidia/bin/nvidia-smi
     cuda_version: "12.6"
+    timeout: 60
 
 - name: Require a Pascal or newer GPU and a driver that runs CUDA 11.8
   ansible.builtin.assert:
@@ -175,9 +184,11 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.nvidia_gpu import (
     NvidiaSmiParseError,
+    NvidiaSmiTimeout,
     driver_supports_cuda,
     gather,
     no_driver_facts,
+    runner,
 )
 
 
@@ -186,20 +197,20 @@ def main():
         argument_spec=dict(
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             cuda_version=dict(type="str", default="11.8"),
+            timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )
     nvidia_smi = module.params["nvidia_smi"]
     cuda_version = module.params["cuda_version"]
+    timeout = module.params["timeout"]
+    if timeout < 1:
+        module.fail_json(msg="timeout must be 1 second or more, not %d" % timeout)
 
     if os.path.isabs(nvidia_smi):
         path = nvidia_smi if os.access(nvidia_smi, os.X_OK) else None
     else:
         path = module.get_bin_path(nvidia_smi)
-
-    def run(argv):
-        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-        return rc, out, err
 
     if path is None:
         facts = no_driver_facts(
@@ -207,11 +218,13 @@ def main():
         )
     else:
         try:
-            facts = gather(run, path)
+            facts = gather(runner(timeout, dict(os.environ, LC_ALL="C")), path)
         except NvidiaSmiParseError as exc:
             module.fail_json(
                 msg="Cannot parse nvidia-smi output: %s" % exc, line=exc.line
             )
+        except NvidiaSmiTimeout as exc:
+            module.fail_json(msg=str(exc), timeout=timeout)
 
     for warning in facts.warnings:
         module.warn(warning)

@@ -7,7 +7,8 @@ library only: the module ships this file to the managed host.
 The flow:
 
 * :func:`gather` runs ``nvidia-smi --query-gpu=...`` through a ``run``
-  callable (the module passes ``AnsibleModule.run_command``; tests pass a fake).
+  callable (the module passes :func:`runner`, which gives up on an
+  nvidia-smi that hangs, raising :class:`NvidiaSmiTimeout`; tests pass a fake).
   Older drivers (R470 and before) reject the ``compute_cap`` field and fail the whole
   query; the query is then re-run without it and the compute capability is
   taken from a name table (:func:`capability_from_name`).
@@ -21,8 +22,9 @@ The flow:
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     "BF16_MIN_CAPABILITY",
@@ -32,6 +34,7 @@ __all__ = [
     "Gpu",
     "GpuFacts",
     "NvidiaSmiParseError",
+    "NvidiaSmiTimeout",
     "QUERY_FIELDS",
     "RunFn",
     "build_query",
@@ -45,6 +48,8 @@ __all__ = [
     "parse_driver_version",
     "parse_query_output",
     "profile_for_capability",
+    "run_with_timeout",
+    "runner",
 ]
 
 #: ``run(argv) -> (rc, stdout, stderr)``, the shape of ``AnsibleModule.run_command``.
@@ -84,6 +89,24 @@ class NvidiaSmiParseError(ValueError):
     def __init__(self, message: str, line: str) -> None:
         super().__init__(f"{message}: {line!r}")
         self.line = line
+
+
+class NvidiaSmiTimeout(Exception):
+    """nvidia-smi did not finish in time: a hung driver or GPU. The message
+    says what to check."""
+
+    def __init__(self, argv: Sequence[str], timeout: float) -> None:
+        super().__init__(
+            f"{argv[0]} did not answer within {timeout:g} s, so the NVIDIA driver or a GPU is "
+            "probably hung. Run `nvidia-smi` by hand: if it hangs too, check `dmesg` (or "
+            "`journalctl -k`) for NVRM Xid errors (Xid 79: a GPU has fallen off the bus; "
+            "also check the card's seating, power and cooling), then reboot the box, power-cycle "
+            "it if the GPU stays missing, and run again. If nvidia-smi is only slow (many GPUs, "
+            "persistence mode off), raise the timeout (the nvidia_gpu_facts module's timeout; "
+            "preflight_nvidia_smi_timeout in the preflight role)."
+        )
+        self.argv = list(argv)
+        self.timeout = timeout
 
 
 @dataclass(frozen=True)
@@ -547,6 +570,47 @@ def driver_supports_cuda(driver: str | None, cuda_version: str) -> DriverCheck:
 # --------------------------------------------------------------------------
 
 
+#: Seconds to wait for a hung nvidia-smi to die after it was killed: one stuck
+#: in the kernel (a hung driver) cannot die, and is then left behind.
+_REAP_SECONDS = 5.0
+
+
+def run_with_timeout(
+    argv: Sequence[str], timeout: float, env: Optional[Dict[str, str]] = None
+) -> Tuple[int, str, str]:
+    """Run argv; ``(rc, stdout, stderr)``, or :class:`NvidiaSmiTimeout` after
+    ``timeout`` seconds (the process is killed, and never waited for forever).
+    OSError when argv[0] cannot be run."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            proc.wait(timeout=_REAP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        raise NvidiaSmiTimeout(argv, timeout) from None
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def runner(timeout: float, env: Optional[Dict[str, str]] = None) -> RunFn:
+    """A ``run`` for :func:`gather` that allows each nvidia-smi call ``timeout`` seconds."""
+    if timeout <= 0:
+        raise ValueError(f"timeout must be more than 0 seconds, not {timeout:g}")
+
+    def run(argv: List[str]) -> Tuple[int, str, str]:
+        return run_with_timeout(argv, timeout, env)
+
+    return run
+
+
 def build_query(nvidia_smi: str, fields: Sequence[str]) -> list[str]:
     """argv of ``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits``."""
     return [
@@ -615,7 +679,9 @@ def gather(run: RunFn, nvidia_smi: str) -> GpuFacts:
     (``compute_cap_source == "name_table"``). Any other failure of nvidia-smi
     (driver not loaded, NVML mismatch) gives ``driver_found`` False and its
     message in ``error``; "No devices were found" gives ``driver_found`` True
-    and no GPUs. Raises :class:`NvidiaSmiParseError` on unparseable output.
+    and no GPUs. Raises :class:`NvidiaSmiParseError` on unparseable output,
+    and lets :class:`NvidiaSmiTimeout` from ``run`` through (a hung driver is
+    not "no driver": it needs a person to look).
     """
     fields: Sequence[str] = QUERY_FIELDS
     try:

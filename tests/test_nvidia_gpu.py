@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -681,5 +682,72 @@ def test_module_documentation_renders() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)["nvidia_gpu_facts"]
-    assert set(parsed["doc"]["options"]) == {"nvidia_smi", "cuda_version"}
+    assert set(parsed["doc"]["options"]) == {"nvidia_smi", "cuda_version", "timeout"}
+    assert parsed["doc"]["options"]["timeout"]["default"] == 30
     assert "nvidia_gpu_profile" in parsed["return"]["ansible_facts"]["contains"]
+
+
+# --------------------------------------------------------------------------
+# A hung nvidia-smi: a timeout, and a message saying what to check
+# --------------------------------------------------------------------------
+
+
+def _hung_smi(tmp_path: Path, seconds: int = 60) -> Path:
+    """An nvidia-smi that hangs (as one does on a hung driver or GPU)."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\nexec sleep {seconds}\n")
+    script.chmod(0o755)
+    return script
+
+
+def _assert_says_what_to_check(message: str) -> None:
+    for hint in ("did not answer within", "`nvidia-smi` by hand", "dmesg", "Xid", "fallen off the bus", "reboot"):
+        assert hint in message, (hint, message)
+
+
+def test_a_hung_nvidia_smi_times_out_and_says_what_to_check(tmp_path: Path) -> None:
+    smi = _hung_smi(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(nvidia_gpu.NvidiaSmiTimeout) as info:
+        gather(nvidia_gpu.runner(0.5), str(smi))
+    assert time.monotonic() - started < 10
+    assert str(info.value).startswith(f"{smi} did not answer within 0.5 s")
+    _assert_says_what_to_check(str(info.value))
+
+
+def test_the_timed_runner_returns_what_nvidia_smi_printed(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat '{DATA / 'p40.csv'}'\necho warning >&2\nexit 0\n")
+    smi.chmod(0o755)
+    rc, out, err = nvidia_gpu.run_with_timeout([str(smi)], 30)
+    assert (rc, out, err.strip()) == (0, recorded("p40.csv"), "warning")
+    assert gather(nvidia_gpu.runner(30), str(smi)).profile == "pascal"
+
+
+def test_the_timed_runner_reports_a_missing_binary_as_no_driver(tmp_path: Path) -> None:
+    facts = gather(nvidia_gpu.runner(5), str(tmp_path / "absent" / "nvidia-smi"))
+    assert facts.driver_found is False and facts.error is not None
+
+
+@pytest.mark.parametrize("timeout", [0, -1])
+def test_a_timeout_of_zero_or_less_is_refused(timeout: int) -> None:
+    with pytest.raises(ValueError, match="more than 0 seconds"):
+        nvidia_gpu.runner(timeout)
+
+
+@needs_ansible
+def test_module_fails_on_a_hung_nvidia_smi_with_what_to_check(tmp_path: Path) -> None:
+    smi = _hung_smi(tmp_path)
+    started = time.monotonic()
+    result = _run_module(tmp_path, f"nvidia_smi={smi} timeout=1")
+    assert time.monotonic() - started < 60
+    assert result.get("failed") is True, result
+    assert result["msg"].startswith(f"{smi} did not answer within 1 s")
+    _assert_says_what_to_check(result["msg"])
+
+
+@needs_ansible
+def test_module_refuses_a_timeout_below_one_second(tmp_path: Path) -> None:
+    smi = _fake_smi(tmp_path, (0, "p40.csv"), (0, "p40.csv"))
+    result = _run_module(tmp_path, f"nvidia_smi={smi} timeout=0")
+    assert result.get("failed") is True and "timeout must be 1 second or more" in result["msg"], result

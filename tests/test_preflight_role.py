@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,27 @@ def test_driver_without_gpus_fails(tmp_path: Path) -> None:
     proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "no-devices.txt", rc=6)))
     assert proc.returncode != 0
     assert "no GPU" in proc.stdout or "No devices were found" in proc.stdout
+
+
+def test_hung_nvidia_smi_fails_after_the_timeout_saying_what_to_check(tmp_path: Path) -> None:
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\nexec sleep 120\n")
+    script.chmod(0o755)
+    started = time.monotonic()
+    proc, _ = run_preflight(tmp_path, "-e", smi(script), "-e", "preflight_nvidia_smi_timeout=2")
+    assert time.monotonic() - started < 100  # not the fake's 120 s
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert f"{script} did not answer within 2 s" in out
+    assert "`nvidia-smi` by hand" in out and "Xid" in out and "reboot" in out
+
+
+def test_a_timeout_that_is_not_a_number_fails_before_any_task(tmp_path: Path) -> None:
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")),
+                            "-e", "preflight_nvidia_smi_timeout=soon")
+    assert proc.returncode != 0
+    assert "preflight_nvidia_smi_timeout" in proc.stdout
+    assert "Read the NVIDIA GPUs" not in proc.stdout
 
 
 def test_pre_pascal_gpu_is_refused(tmp_path: Path) -> None:
