@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Optional
 
+MIB = 1024**2
 GIB = 1024**3
 
 
@@ -35,15 +36,20 @@ class Filesystem:
         return self.free_bytes >= self.needed_bytes
 
     def describe(self) -> str:
-        parts = "; ".join(f"{r.what} ({gib(r.bytes)}) at {r.path}" for r in self.items)
+        parts = "; ".join(f"{r.what} ({human_size(r.bytes)}) at {r.path}" for r in self.items)
         return (
-            f"the filesystem holding {self.probe} has {gib(self.free_bytes)} free"
-            f" but needs {gib(self.needed_bytes)}: {parts}"
+            f"the filesystem holding {self.probe} has {human_size(self.free_bytes)} free"
+            f" but needs {human_size(self.needed_bytes)}: {parts}"
         )
 
 
-def gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
+def human_size(n: int) -> str:
+    """Bytes for people: GiB from 1 GiB up, MiB below ("300.0 MiB", not "0.3 GiB"), bytes below 1 MiB."""
+    if round(n / MIB, 1) >= 1024:  # 1023.96 MiB and up read as 1.0 GiB
+        return f"{n / GIB:.1f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n} bytes"
 
 
 def existing_parent(path: str, exists: Callable[[str], bool] = os.path.exists) -> str:

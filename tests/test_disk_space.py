@@ -78,3 +78,27 @@ def test_real_filesystem(tmp_path) -> None:
     assert fs.probe == str(tmp_path)
     assert fs.free_bytes > 0
     assert fs.device == os.stat(tmp_path).st_dev
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (0, "0 bytes"),
+    (1023, "1023 bytes"),
+    (ds.MIB, "1.0 MiB"),
+    (300 * ds.MIB, "300.0 MiB"),
+    (int(0.3 * ds.GIB), "307.2 MiB"),
+    (ds.GIB - 1, "1.0 GiB"),
+    (ds.GIB, "1.0 GiB"),
+    (int(10.25 * ds.GIB), "10.2 GiB"),
+    (2000 * ds.GIB, "2000.0 GiB"),
+])
+def test_sizes_are_mib_below_one_gib_and_gib_above(size: int, text: str) -> None:
+    assert ds.human_size(size) == text
+
+
+def test_a_small_shortfall_is_told_in_mib_not_as_zero_gib() -> None:
+    reqs = [ds.Requirement("cuDNN tarball", "/var/cache/verl-pascal", 900 * ds.MIB)]
+    msg = ds.shortfall_message(run(reqs, free={1: 300 * ds.MIB}))
+    assert msg is not None
+    assert "has 300.0 MiB free but needs 900.0 MiB" in msg
+    assert "cuDNN tarball (900.0 MiB) at /var/cache/verl-pascal" in msg
+    assert "GiB" not in msg
