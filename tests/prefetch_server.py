@@ -5,24 +5,48 @@ Range support, counts requests, bytes and concurrent connections, and can be
 told per file to misbehave (``modes[name] = {...}``):
 
 - ``drop``: the first response stops after ``drop_at`` bytes and closes;
+- ``cap``: every response stops after this many bytes and closes;
 - ``norange``: ignore Range, always answer 200 with the whole file;
 - ``wrong``: serve other bytes of the same length;
 - ``status``: answer this HTTP status (404, 500) with no body;
 - ``slow``: the first request waits this many seconds before answering;
 - ``delay``: every request waits this many seconds (concurrency tests);
-- ``rate``: bytes per second (a bandwidth cap, for the bench).
+- ``rate``: bytes per second (a bandwidth cap, for the bench);
+- ``type``: the Content-Type header (none is sent otherwise).
+
+``simple_page`` writes a PEP 503 project page, so that an ``Upstream`` with
+``{"simple/<project>/": page, "files/<name>": data}`` is a package index.
 """
 
 from __future__ import annotations
 
 import re
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Tuple
+from html import escape
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+def simple_page(links: Mapping[str, Optional[str]], prefix: str = "../../files/") -> bytes:
+    """A PEP 503 project page: one anchor per file name, ``#sha256=`` when a hash is given."""
+    anchors = "".join(
+        f'<a href="{escape(prefix + name)}{"#sha256=" + digest if digest else ""}">{escape(name)}</a><br>\n'
+        for name, digest in links.items())
+    return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n".encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a test's cancelled download) is not an error of the server."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class Upstream:
@@ -36,8 +60,7 @@ class Upstream:
         self.max_active = 0
         self._seen: Dict[str, int] = {}
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
@@ -122,12 +145,16 @@ class Upstream:
         req.send_response(status)
         req.send_header("Content-Length", str(len(data) - start))
         req.send_header("Accept-Ranges", "bytes")
+        if mode.get("type"):
+            req.send_header("Content-Type", mode["type"])
         if status == 206:
             req.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         req.end_headers()
         end = len(data)
         if mode.get("drop") and nth == 0:
             end = min(end, start + mode.get("drop_at", len(data) // 2))
+        if mode.get("cap"):
+            end = min(end, start + mode["cap"])
         self._send(req, data, start, end, mode.get("rate"))
         if end < len(data):
             req.close_connection = True
