@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prefetch_server import Upstream  # noqa: E402
+from hostile_sdist import hostile_sdist  # noqa: E402
+from prefetch_server import Upstream, simple_page  # noqa: E402
 from verl_pascal_prefetch import artifacts, cli, pipwheels  # noqa: E402
 from verl_pascal_prefetch.lock import Lock, LockError, parse_overrides  # noqa: E402
 
@@ -142,7 +147,7 @@ def test_sha256_on_a_shorter_prefix(tmp_path: Path) -> None:
         "---\nmf_version: '1.0'\nmf_installer_name: 'MF-{{ mf_version }}.sh'\n"
         "mf_installer_url: 'https://e.org/dl/{{ mf_installer_name }}'\nmf_sha256: " + "a" * 64 + "\n"
         "x_url: https://e.org/x.bin\nx_sha256: " + "b" * 64 + "\nx_sidecar_url: https://e.org/x.bin.sha256\n"
-        "torch_index_url: https://download.pytorch.org/whl/cu118\n")
+        "torch_index_url: https://torch-index.example.org/whl/cu118\n")
     found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
     by_key = {a.key: a for a in found.artifacts}
     assert sorted(by_key) == ["mf_installer", "x"]  # x_sidecar does not take x's sha256
@@ -150,13 +155,13 @@ def test_sha256_on_a_shorter_prefix(tmp_path: Path) -> None:
 
 
 def test_releases_mapping_by_version(tmp_path: Path) -> None:
-    """The verl role's shape: releases keyed by version, file name in ``sdist``; no url: pip fetches it."""
+    """The verl role's shape: releases keyed by version, file name in ``sdist``; no url: the index has it."""
     (tmp_path / "lock.yml").write_text(
         "---\nverl_releases:\n"
         "  '0.5.0': {sdist: verl-0.5.0.tar.gz, url: 'https://e.org/v/verl-0.5.0.tar.gz?x=1', sha256: " + "c" * 64 + "}\n"
         "  '0.4.1': {sdist: verl-0.4.1.tar.gz, sha256: " + "d" * 64 + "}\n"
         "  '0.3.0': {sha256: " + "e" * 64 + "}\n"  # neither url nor sdist: not an artifact
-        "  '0.2.0': {sdist: verl.tar.gz, sha256: " + "f" * 64 + "}\n")  # no version in the name: pip cannot ask
+        "  '0.2.0': {sdist: verl.tar.gz, sha256: " + "f" * 64 + "}\n")  # no version in the name: no project to ask for
     found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
     by_key = {a.key: a for a in found.artifacts}
     assert sorted(by_key) == ["verl_releases[0.4.1]", "verl_releases[0.5.0]"]
@@ -167,7 +172,7 @@ def test_releases_mapping_by_version(tmp_path: Path) -> None:
     assert "not an sdist file name" in found.errors["verl_releases[0.2.0]"]
 
 
-def test_real_lock_fetches_verl_sdists_with_pip() -> None:
+def test_real_lock_fetches_verl_sdists_from_the_index() -> None:
     found = artifacts.discover(Lock.from_paths())
     sdists = {a.key: a for a in found.artifacts if a.key.startswith("verl_releases[")}
     assert sdists["verl_releases[0.5.0]"].url == "pip:verl==0.5.0"
@@ -378,6 +383,151 @@ def test_progress_bars_appear(env, capsys: pytest.CaptureFixture) -> None:
     assert code == 0 and "%" not in err and tmp.exists()
 
 
+def test_every_byte_received_is_kept_for_the_resume(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A server that drops every connection after 300 KiB: with 1 MiB reads, each resume starts at the last byte."""
+    cap = 300 * 1024
+    files = {"big.bin": blob(2 * 1024 * 1024, 7)}
+    with Upstream(files, {"big.bin": {"cap": cap}}) as server:
+        lock = write_lock(tmp_path / "lock.yml", server, files)
+        mirror = tmp_path / "m"
+        # The default read size (1 MiB) and two retries in a row without a new byte.
+        code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--no-progress",
+                                "--backoff", "0.01", "--retries", "2", "--timeout", "5")
+        assert code == 0, err
+        assert (mirror / "big.bin").read_bytes() == files["big.bin"]
+        ranges = [r[1] for r in server.requests_for("big.bin")]
+        assert ranges == [None] + [f"bytes={n * cap}-" for n in range(1, 7)]
+
+
+def test_disk_full_names_the_file_the_space_and_deletes_its_part(env, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while writing alpha.run (200 KiB) with 64 KiB free: say so, keep no .part, record what finished."""
+    files, server, lock, mirror = env
+    real_open = open
+    free = 64 * 1024
+
+    class FullDisk:
+        def __init__(self, handle) -> None:
+            self.handle, self.written = handle, 0
+
+        def write(self, data: bytes) -> int:
+            if self.written + len(data) > free:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += len(data)
+            return self.handle.write(data)
+
+        def __getattr__(self, name: str):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.handle.close()
+
+    def small_disk_open(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        return FullDisk(handle) if str(path).endswith("alpha.run.part") else handle
+
+    monkeypatch.setattr("builtins.open", small_disk_open)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, (10 << 30) - free, free))
+    code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)
+    assert code == 1
+    assert "Traceback" not in err, err
+    assert "no space left" in err and "alpha.run needs 200.0 KiB, 64.0 KiB is free (at least 136.0 KiB more)" in err
+    assert "partial file was deleted" in err
+    assert not (mirror / "alpha.run.part").exists() and not (mirror / "alpha.run").exists()
+    assert len(server.requests_for("alpha.run")) == 1  # a full disk is not retried
+    names = [e["name"] for e in json.loads((mirror / "manifest.json").read_text())["files"]]
+    assert names == ["beta.tar.xz"]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"format": 1, "files": [{"name": "alpha.run", "url": "x", "si', "it is not valid JSON"),
+    ('[{"name": "alpha.run"}]', "it holds a JSON list, not an object"),
+    ('{"format": 1, "files": [{"name": "alpha.run", "url": "x", "size": 1}]}', "files entry 1 (alpha.run) lacks sha256"),
+], ids=["truncated", "list", "entry-without-sha256"])
+def test_damaged_manifest_says_what_to_do(env, capsys: pytest.CaptureFixture, text: str, problem: str) -> None:
+    files, server, lock, mirror = env
+    mirror.mkdir()
+    (mirror / "manifest.json").write_text(text)
+    for mode in ([], ["--verify"]):
+        code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST, *mode)
+        assert code == 2, err
+        assert f"{mirror / 'manifest.json'} is damaged: {problem}" in err
+        assert "delete it and SHA256SUMS beside it, then run bin/prefetch --mirror" in err
+        assert "Traceback" not in err
+    assert server.log == []  # stopped before any download
+    (mirror / "manifest.json").unlink()  # what the message says: the next run records the mirror again
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")[0] == 0
+
+
+class Lines:
+    """A subprocess's stream, read on a thread; ``wait_for`` a line holding some text."""
+
+    def __init__(self, stream) -> None:
+        self.lines: List[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, needle: str, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: any(needle in line for line in self.lines), timeout)
+
+    def text(self) -> str:
+        self._thread.join(10)
+        return "".join(self.lines)
+
+
+def test_ctrl_c_stops_within_seconds_records_what_finished_and_resumes(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    files = {"small.bin": blob(64 * 1024, 3), "slow.bin": blob(8 * 1024 * 1024, 4)}
+    with Upstream(files, {"slow.bin": {"rate": 256 * 1024}}) as server:  # 32 s for the whole file
+        lock = write_lock(tmp_path / "lock.yml", server, files)
+        mirror = tmp_path / "m"
+        proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "bin" / "prefetch"), "--lock", str(lock),
+                                 "--mirror", str(mirror), "--no-progress", "--jobs", "2", "--timeout", "30"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stderr = Lines(proc.stderr)
+        try:
+            assert stderr.wait_for("fetched small.bin", 60), "".join(stderr.lines)
+            part = mirror / "slow.bin.part"
+            deadline = time.monotonic() + 30
+            while (not part.exists() or part.stat().st_size < 256 * 1024) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert part.exists() and part.stat().st_size < len(files["slow.bin"])  # mid-download
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=15)  # "within seconds", generously bounded
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err = stderr.text()
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "run the same command again to resume" in err
+        assert "not finished: slow.bin (slow.bin.part kept" in err
+        kept = part.stat().st_size
+        assert 0 < kept < len(files["slow.bin"]) and not (mirror / "slow.bin").exists()
+        assert part.read_bytes() == files["slow.bin"][:kept]
+        names = [e["name"] for e in json.loads((mirror / "manifest.json").read_text())["files"]]
+        assert names == ["small.bin"] and "small.bin" in (mirror / "SHA256SUMS").read_text()
+
+        server.modes.clear()
+        code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)
+        assert code == 0, err
+        assert server.requests_for("slow.bin")[-1][1:] == (f"bytes={kept}-", 206)
+        assert (mirror / "slow.bin").read_bytes() == files["slow.bin"]
+        assert "1 fetched, 1 already present" in out
+
+
 # --- the pip hook -----------------------------------------------------------------
 
 def make_wheel(folder: Path, name: str, version: str, requires: List[str] = ()) -> Path:
@@ -440,6 +590,32 @@ def test_pip_hook_builds_a_pep503_index(tmp_path: Path, capsys: pytest.CaptureFi
     assert sorted(p.name for p in out_dir.iterdir()) == sorted([dep.name, top.name])
 
 
+def test_deleted_manifest_is_rebuilt_with_the_wheels_already_in_the_mirror(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the damaged-manifest message promises: delete it, run again, every file is recorded again."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel = make_wheel(links, "vp-demo", "1.0")
+    req = tmp_path / "requirements.txt"
+    req.write_text("vp-demo==1.0\n")
+    lock = tmp_path / "lock.yml"
+    lock.write_text("---\npython_version: '3.10.12'\n")
+    mirror = tmp_path / "mirror"
+    argv = ("--lock", str(lock), "--mirror", str(mirror), "--no-progress", "--pip-requirements", str(req),
+            "--pip-find-links", str(links), "--pip-arg=--no-index", "--pip-arg=--isolated")
+    assert prefetch(capsys, *argv)[0] == 0
+    before = json.loads((mirror / "manifest.json").read_text())["files"]
+    assert [e["name"] for e in before] == [f"simple/vp-demo/{wheel.name}"]
+    (mirror / "manifest.json").unlink()
+    (mirror / "SHA256SUMS").unlink()
+    code, _, err = prefetch(capsys, *argv)
+    assert code == 0, err
+    after = json.loads((mirror / "manifest.json").read_text())["files"]
+    assert [(e["name"], e["sha256"], e["size"]) for e in after] == [(e["name"], e["sha256"], e["size"]) for e in before]
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")[0] == 0
+
+
 def make_sdist(folder: Path, name: str, version: str) -> Path:
     """A real setuptools sdist (pyproject.toml, PKG-INFO) that pip can prepare without the network."""
     top = f"{name}-{version}"
@@ -487,36 +663,78 @@ class Serve:
 OFFLINE_PIP = ("--pip-arg=--no-index", "--pip-arg=--isolated", "--pip-arg=--no-build-isolation")
 
 
-def test_sdist_without_url_comes_from_pip_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """verl_releases items carry no URL: pip downloads the sdist, the lock's sha256 decides."""
-    pytest.importorskip("setuptools")
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+def test_sdist_without_url_comes_from_the_index_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """verl_releases items carry no URL: the index's simple API gives it, the lock's sha256 decides."""
     links = tmp_path / "links"
     links.mkdir()
     good = make_sdist(links, "vp-demo", "1.0")
-    other = make_sdist(links, "vp-other", "2.0")
+    other = make_sdist(links, "vp_other", "2.0")
+    files = {f"files/{p.name}": p.read_bytes() for p in (good, other)}
+    files["simple/vp-demo/"] = simple_page({good.name: sha(good.read_bytes()), "vp-demo-1.0-py3-none-any.whl": None})
+    files["simple/vp-other/"] = simple_page({other.name: None})  # no hash on the page: downloaded, then checked
     lock = tmp_path / "lock.yml"
     lock.write_text("---\nreleases:\n"
                     f"  '1.0': {{sdist: {good.name}, sha256: {sha(good.read_bytes())}}}\n"
-                    f"  '2.0': {{sdist: {other.name}, sha256: {'e' * 64}}}\n")  # a lock entry that does not match
+                    f"  '2.0': {{sdist: {other.name}, sha256: {'e' * 64}}}\n"  # a lock entry that does not match
+                    f"  '3.0': {{sdist: vp-demo-3.0.tar.gz, sha256: {'f' * 64}}}\n"  # not on the index
+                    f"  '4.0': {{sdist: vp-nowhere-4.0.tar.gz, sha256: {'f' * 64}}}\n")  # no such project
     mirror = tmp_path / "mirror"
-    with Serve(links) as server:
-        argv = ("--lock", str(lock), "--mirror", str(mirror), "--no-progress", "--pip-find-links", server.url + "/",
-                *OFFLINE_PIP)
+    with Upstream(files) as server:
+        argv = ("--lock", str(lock), "--mirror", str(mirror), *FAST, "--pip-index-url", server.url + "/simple/")
         code, out, err = prefetch(capsys, *argv)
         assert code == 1, err
         assert (mirror / good.name).read_bytes() == good.read_bytes()
-        assert not (mirror / other.name).exists() and not list(mirror.glob(".pip-sdist-*"))
         assert f"expected {'e' * 64}, actual {sha(other.read_bytes())}" in err
+        assert "vp-demo-3.0.tar.gz is not listed on" in err and "versions listed: 1.0" in err
+        assert "project page not found" in err and "'vp-nowhere'" in err
+        assert sorted(p.name for p in mirror.iterdir()) == sorted([good.name, "manifest.json", "SHA256SUMS"])
         entries = {e["name"]: e for e in json.loads((mirror / "manifest.json").read_text())["files"]}
         assert sorted(entries) == [good.name]
-        assert entries[good.name]["url"] == "pip:vp-demo==1.0" and entries[good.name]["key"] == "releases[1.0]"
+        assert entries[good.name]["url"] == f"{server.url}/files/{good.name}"
+        assert entries[good.name]["key"] == "releases[1.0]"
         assert f"{sha(good.read_bytes())}  {good.name}" in (mirror / "SHA256SUMS").read_text()
-        # Present with the right sha256: pip is not asked again.
-        server.requests.clear()
+        # Present with the right sha256: the index is not asked again.
+        server.log.clear()
         code, out, _ = prefetch(capsys, *argv, "--only", good.name)
-        assert code == 0 and "1 already present" in out and server.requests == []
+        assert code == 0 and "1 already present" in out and server.arrivals.count(f"files/{good.name}") == 1
+        assert server.log == []
+
+
+def clean_pip_env(**extra: str) -> Dict[str, str]:
+    """This environment without any PIP_* setting nor pip's config files, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
+    return env
+
+
+@pytest.mark.parametrize("page_hash", [False, True], ids=["page-without-hash", "page-with-its-hash"])
+def test_hostile_sdist_is_refused_before_anything_opens_it(tmp_path: Path, page_hash: bool) -> None:
+    """A substituted verl-0.5.0.tar.gz on pip's index: the real lock's sha256 stops it; its setup.py never runs."""
+    pytest.importorskip("setuptools")
+    lock_sha = artifacts.discover(Lock.from_paths()).artifacts
+    lock_sha = next(a.sha256 for a in lock_sha if a.path == "verl-0.5.0.tar.gz")
+    marker = tmp_path / "setup-py-ran"
+    (tmp_path / "dist").mkdir()
+    bad = hostile_sdist(tmp_path / "dist", marker, "verl", "0.5.0")
+    bad_sha = sha(bad.read_bytes())
+    files = {f"files/{bad.name}": bad.read_bytes(),
+             "simple/verl/": simple_page({bad.name: bad_sha if page_hash else None})}
+    mirror = tmp_path / "mirror"
+    with Upstream(files, {"simple/verl/": {"type": "text/html"}}) as server:
+        # The index comes from pip's own configuration (PIP_INDEX_URL here); build isolation is off, so
+        # that a tool that let pip prepare the sdist would run its setup.py with this Python's setuptools.
+        env = clean_pip_env(PIP_INDEX_URL=f"{server.url}/simple/", PIP_NO_BUILD_ISOLATION="0")
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "bin" / "prefetch"), "--mirror", str(mirror),
+                               "--only", "verl-0.5.0.tar.gz", "--no-progress", "--retries", "0", "--timeout", "10"],
+                              env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    assert "verl-0.5.0.tar.gz" in proc.stderr and lock_sha in proc.stderr and bad_sha in proc.stderr
+    assert "sha256 mismatch" in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists()
+    assert [f for f in mirror.rglob("*") if f.name not in ("manifest.json", "SHA256SUMS")] == []
+    assert json.loads((mirror / "manifest.json").read_text())["files"] == []
+    asked = server.arrivals.count(f"files/{bad.name}")
+    assert asked == (0 if page_hash else 1)  # a page that lists another sha256 stops the download before it starts
 
 
 def test_pip_lock_takes_each_lock_without_deps_and_sdists(tmp_path: Path, capsys: pytest.CaptureFixture,

@@ -13,9 +13,11 @@ generic, so a new role's files are picked up by naming their lock entries:
   for example ``verl_releases: {"0.5.0": {sdist: ..., url: ..., sha256: ...}}``:
   each item is the artifact ``<key>[<version, mapping key or index>]``. An item
   without ``url`` but with an ``sdist`` name ``<project>-<version>.tar.gz``
-  (the lock's ``verl_releases``) is fetched with ``pip download --no-deps
-  --no-binary=:all: <project>==<version>`` through pip's index instead (its
-  ``url`` is ``pip:<project>==<version>``) and checked against the same sha256.
+  (the lock's ``verl_releases``) is looked up by that exact file name on the
+  package index's simple API (pip's index; see ``sdists``) and downloaded and
+  checked like any other file; its ``url`` here is the placeholder
+  ``pip:<project>==<version>``, the manifest records the URL it came from. No
+  ``pip download``: pip would run the sdist's setup.py before the check.
   An item with neither is not an artifact (nothing says where to fetch it).
 
 ``PROVIDERS`` is the extension point: a provider takes the ``Lock`` and
@@ -127,7 +129,7 @@ def sdist_requirement(file_name: str) -> str:
 
 
 def pip_sdist_artifact(key: str, name: Any, sha256: Any, size: Any = None) -> Artifact:
-    """An sdist pip downloads from its index (no URL in the lock), checked against the lock's sha256."""
+    """An sdist found on pip's index by its file name (no URL in the lock), checked against the lock's sha256."""
     file_name = check_file_name(str(name))
     return Artifact(key=key, path=file_name, url=f"pip:{sdist_requirement(file_name)}",
                     sha256=check_sha256(sha256), size=check_size(size), source=PIP_SDIST)

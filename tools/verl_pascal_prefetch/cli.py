@@ -1,25 +1,32 @@
 """bin/prefetch: fill, list or verify an offline mirror of the stack's artifacts.
 
 Exit status: 0 everything is in the mirror and verified; 1 a file failed
-(download, sha256) or --verify found a problem; 2 bad usage or a lock error.
+(download, sha256, no space left on the disk) or --verify found a problem;
+2 bad usage, a lock error or a damaged manifest.json; 130 interrupted
+(Ctrl-C): the files that finished are recorded, the .part files are kept and
+the same command resumes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import queue
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import artifacts as arts
 from . import mirror as records
-from . import pipwheels
-from .fetch import FetchOptions, FetchResult, Fetcher, part_path
+from . import pipwheels, sdists
+from .fetch import FetchOptions, FetchResult, Fetcher, human, part_path
 from .lock import DEFAULT_LOCK_PATHS, REPO_ROOT, Lock, LockError, parse_overrides
 from .progress import Progress
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+STOP_GRACE = 5.0  # seconds the downloads get to stop after Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help="only these artifacts: a lock entry (cuda_runfile) or a file name")
     parser.add_argument("--jobs", "-j", type=int, default=3, help="parallel downloads (default 3)")
-    parser.add_argument("--retries", type=int, default=4, help="retries per file after the first attempt (default 4)")
+    parser.add_argument("--retries", type=int, default=4,
+                        help="retries per file in a row that bring no new byte (default 4; an attempt that "
+                             "extends the .part starts the count again)")
     parser.add_argument("--backoff", type=float, default=1.0,
                         help="seconds before the first retry, doubled for each next one (default 1)")
     parser.add_argument("--backoff-max", type=float, default=60.0, help="longest wait between retries (default 60)")
@@ -61,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the target env's Python (default: the lock's python_version, as X.Y)")
     pip.add_argument("--pip-platform", action="append", default=[], metavar="TAG",
                      help="wheel platform tag (repeatable; default: manylinux up to glibc 2.31 and linux_x86_64)")
-    pip.add_argument("--pip-index-url", metavar="URL", help="default: the lock's pip_index_url, else pip's configuration")
-    pip.add_argument("--pip-extra-index-url", action="append", default=[], metavar="URL")
+    pip.add_argument("--pip-index-url", metavar="URL",
+                     help="default: the lock's pip_index_url, else pip's configuration; also where the lock's "
+                          "sdists without a URL (verl_releases) are looked up, on its simple API")
+    pip.add_argument("--pip-extra-index-url", action="append", default=[], metavar="URL",
+                     help="more indexes, for pip and for those sdists (looked in after the first)")
     pip.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL")
     pip.add_argument("--pip-arg", action="append", default=[], metavar="ARG",
                      help="any other argument for pip download (repeatable, e.g. --pip-arg=--no-deps)")
@@ -96,17 +108,6 @@ def load_selection(args: argparse.Namespace) -> tuple:
     if errors:
         raise LockError("\n".join(f"{key}: {msg}" for key, msg in sorted(errors.items())))
     return lock, arts.select(found.artifacts, args.only), found.skipped
-
-
-def human(size: Optional[int]) -> str:
-    if size is None:
-        return "?"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(size)
 
 
 def state_of(mirror: Optional[Path], art: arts.Artifact) -> str:
@@ -148,60 +149,156 @@ def cmd_verify(args: argparse.Namespace, selected: Sequence[arts.Artifact]) -> i
     return EXIT_OK
 
 
-def fetch_sdist(args: argparse.Namespace, lock: Lock, art: arts.Artifact, progress: Progress) -> FetchResult:
-    """An sdist the lock pins by sha256 only: pip downloads it (pip's index), then it is checked."""
-    status, error = pipwheels.download_sdist(pip_options(args, lock), args.mirror, art, progress.write)
-    size = (args.mirror / art.path).stat().st_size if status != "failed" else 0
-    return FetchResult(art, status, sha256=art.sha256 if status != "failed" else None, error=error,
-                       downloaded=size if status == "fetched" else 0)
+def sdist_resolver(args: argparse.Namespace, lock: Lock) -> sdists.Resolver:
+    """Where the lock's URL-less sdists are looked up: the index pip would use (see ``sdists``)."""
+    return sdists.Resolver(args.pip_index_url or lock.get("pip_index_url") or None, args.pip_extra_index_url,
+                           python=sys.executable, timeout=args.timeout)
 
 
-def run_downloads(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Artifact],
-                  progress: Progress) -> List[FetchResult]:
-    fetcher = Fetcher(args.mirror, fetch_options(args), progress)
+def fetch_one(fetcher: Fetcher, resolver: sdists.Resolver, art: arts.Artifact, progress: Progress) -> FetchResult:
+    """One artifact, with its line of output."""
+    resolve = resolver.resolve if art.source == arts.PIP_SDIST else None
+    result = fetcher.fetch(art, resolve=resolve)
+    if result.status == "fetched":
+        progress.write(f"fetched {art.path} ({human(result.downloaded)} downloaded, sha256 ok)")
+    elif result.status == "present":
+        progress.write(f"present {art.path} (sha256 ok, not downloaded)")
+    elif result.status == "interrupted":
+        progress.write(f"stopped {art.path}: {result.error}")
+    else:
+        progress.write(f"FAILED  {art.path}: {result.error}")
+    return result
 
-    def one(art: arts.Artifact) -> FetchResult:
-        if art.source == arts.PIP_SDIST:
-            result = fetch_sdist(args, lock, art, progress)
-        else:
-            result = fetcher.fetch(art)
-        if result.status == "fetched":
-            progress.write(f"fetched {art.path} ({human(result.downloaded)} downloaded, sha256 ok)")
-        elif result.status == "present":
-            progress.write(f"present {art.path} (sha256 ok, not downloaded)")
-        else:
-            progress.write(f"FAILED  {art.path}: {result.error}")
-        return result
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        return list(pool.map(one, selected))
+class Downloads:
+    """``jobs`` worker threads over the selection; Ctrl-C in the main thread stops them within seconds."""
+
+    def __init__(self, fetcher: Fetcher, resolver: sdists.Resolver, selected: Sequence[arts.Artifact],
+                 progress: Progress, jobs: int):
+        self.fetcher, self.resolver, self.selected, self.progress = fetcher, resolver, list(selected), progress
+        self.todo: "queue.Queue[Tuple[int, arts.Artifact]]" = queue.Queue()
+        for item in enumerate(self.selected):
+            self.todo.put(item)
+        self.done: "queue.Queue[Tuple[int, FetchResult]]" = queue.Queue()
+        self.results: Dict[int, FetchResult] = {}
+        self.threads = [threading.Thread(target=self._work, name=f"prefetch-{n}", daemon=True)
+                        for n in range(min(max(1, jobs), len(self.selected)))]
+        self.interrupted = False
+
+    def _work(self) -> None:
+        while not self.fetcher.cancel.is_set():
+            try:
+                index, art = self.todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = fetch_one(self.fetcher, self.resolver, art, self.progress)
+            except Exception as exc:  # a bug must not hang the run: report it as the file's failure
+                result = FetchResult(art, "failed", error=f"{type(exc).__name__}: {exc}")
+            self.done.put((index, result))
+
+    def _collect(self, timeout: float) -> None:
+        try:
+            index, result = self.done.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self.results[index] = result
+
+    def _busy(self) -> bool:
+        return len(self.results) < len(self.selected) and (any(t.is_alive() for t in self.threads)
+                                                            or not self.done.empty())
+
+    def run(self) -> List[FetchResult]:
+        """A result per artifact, in order: those never reached after Ctrl-C are ``interrupted``."""
+        for thread in self.threads:
+            thread.start()
+        try:
+            while self._busy():
+                self._collect(0.2)
+        except KeyboardInterrupt:
+            self.stop()
+        while not self.done.empty():
+            self._collect(0)
+        return [self.results.get(i) or FetchResult(art, "interrupted", error="not started")
+                for i, art in enumerate(self.selected)]
+
+    def stop(self) -> None:
+        """Cancel every download and give them ``STOP_GRACE`` seconds to close their .part files."""
+        self.interrupted = True
+        self.fetcher.cancel.set()
+        self.progress.write("prefetch: interrupted: stopping the downloads; their .part files are kept for a resume")
+        deadline = time.monotonic() + STOP_GRACE
+        try:
+            while self._busy() and time.monotonic() < deadline:
+                self._collect(0.1)
+        except KeyboardInterrupt:  # a second Ctrl-C: do not wait any longer
+            pass
 
 
 def cmd_fetch(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Artifact]) -> int:
     args.mirror.mkdir(parents=True, exist_ok=True)
+    known = records.read_manifest(args.mirror)  # a damaged one stops the run before any download
     failures: List[str] = []
     new_entries = []
-    if args.pip_requirements or args.pip_lock:
-        placed, error = pipwheels.download(pip_options(args, lock), args.mirror,
-                                           lambda line: print(line, file=sys.stderr, flush=True))
-        if error:
-            failures.append(f"pip: {error}")
-        new_entries += [records.manifest_entry(a, a.size or 0) for a in placed]
-    todo_bytes = sum(a.size or 0 for a in selected)
-    progress = Progress(not args.no_progress, todo_bytes, args.jobs)
+    results: List[FetchResult] = []
+    interrupted = False
     try:
-        results = run_downloads(args, lock, selected, progress)
-    finally:
-        progress.close()
+        if args.pip_requirements or args.pip_lock:
+            placed, error = pipwheels.download(pip_options(args, lock), args.mirror,
+                                               lambda line: print(line, file=sys.stderr, flush=True),
+                                               recorded=list(known))
+            if error:
+                failures.append(f"pip: {error}")
+            new_entries += [records.manifest_entry(a, a.size or 0) for a in placed]
+    except KeyboardInterrupt:
+        interrupted = True
+        results = [FetchResult(art, "interrupted", error="not started") for art in selected]
+    if not interrupted:
+        results, interrupted = download_all(args, lock, selected)
     for result in results:
         art = result.artifact
         if result.ok:
             new_entries.append(records.manifest_entry(art, (args.mirror / art.path).stat().st_size))
-        else:
-            failures.append(f"{art.path} ({art.key}, {art.url}): {result.error}")
-    entries = records.update_records(args.mirror, new_entries, drop=[r.artifact.path for r in results if not r.ok])
-    pipwheels.write_index(args.mirror, {name: e["sha256"] for name, e in entries.items()})
+        elif result.status == "failed":
+            failures.append(f"{art.path} ({art.key}, {sdists.redact(art.url)}): {result.error}")
+    try:
+        entries = records.update_records(args.mirror, new_entries, drop=[r.artifact.path for r in results if not r.ok])
+        pipwheels.write_index(args.mirror, {name: e["sha256"] for name, e in entries.items()})
+    except OSError as exc:
+        print(f"prefetch: cannot write the records of {args.mirror} ({records.MANIFEST}, {records.SHA256SUMS}, "
+              f"simple/ pages): {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if interrupted:
+        return report_interrupted(args, results, failures)
     return report(args, results, failures)
+
+
+def download_all(args: argparse.Namespace, lock: Lock,
+                 selected: Sequence[arts.Artifact]) -> Tuple[List[FetchResult], bool]:
+    """(a result per artifact, whether Ctrl-C stopped the run)."""
+    progress = Progress(not args.no_progress, sum(a.size or 0 for a in selected), args.jobs)
+    fetcher = Fetcher(args.mirror, fetch_options(args), progress)
+    downloads = Downloads(fetcher, sdist_resolver(args, lock), selected, progress, args.jobs)
+    try:
+        results = downloads.run()
+    finally:
+        progress.close()
+    return results, downloads.interrupted
+
+
+def report_interrupted(args: argparse.Namespace, results: Sequence[FetchResult], failures: Sequence[str]) -> int:
+    done = [r for r in results if r.ok]
+    stopped = [r for r in results if r.status == "interrupted"]
+    print(f"prefetch: interrupted: {len(done)} file(s) finished and recorded in {records.MANIFEST}, "
+          f"{len(stopped)} not finished, {len(failures)} failed", file=sys.stderr)
+    for result in stopped:
+        part = part_path(args.mirror / result.artifact.path)
+        kept = f"{part.name} kept ({human(part.stat().st_size)})" if part.exists() else "nothing kept"
+        print(f"  not finished: {result.artifact.path} ({kept})", file=sys.stderr)
+    for line in failures:
+        print(f"  failed: {line}", file=sys.stderr)
+    print("prefetch: run the same command again to resume", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def report(args: argparse.Namespace, results: Sequence[FetchResult], failures: Sequence[str]) -> int:
@@ -226,14 +323,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.jobs < 1 or args.retries < 0 or args.chunk_size < 1:
         parser.error("--jobs and --chunk-size must be >= 1, --retries >= 0")
     try:
+        return dispatch(args)
+    except KeyboardInterrupt:  # outside the downloads: nothing half-written (records are replaced atomically)
+        print("prefetch: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    try:
         lock, selected, skipped = load_selection(args)
     except LockError as exc:
         print(f"prefetch: lock error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for key, reason in sorted(skipped.items()):
         print(f"prefetch: skipping {key}: {reason}", file=sys.stderr)
-    if args.list:
-        return cmd_list(args, lock, selected)
-    if args.verify:
-        return cmd_verify(args, selected)
-    return cmd_fetch(args, lock, selected)
+    try:
+        if args.list:
+            return cmd_list(args, lock, selected)
+        if args.verify:
+            return cmd_verify(args, selected)
+        return cmd_fetch(args, lock, selected)
+    except records.ManifestError as exc:
+        print(f"prefetch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run() -> None:
+    """bin/prefetch: exit with main()'s status; downloads that ignored Ctrl-C do not hold the exit."""
+    code = main()
+    if any(t.name.startswith("prefetch-") and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

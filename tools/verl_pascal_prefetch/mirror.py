@@ -7,6 +7,10 @@ manifest.json keeps the shape scripts/build-standins.sh writes,
 entry, or ``pip:<project>``) and ``source`` (``lock`` or ``pip``). Readers
 that know only the four keys keep working. SHA256SUMS is ``sha256sum -c``
 input for the same files.
+
+A manifest.json that cannot be read (truncated, not an object with a
+``files`` list, an entry without its four keys) is a ``ManifestError``
+naming the file and how to rebuild it, never a guess at what it meant.
 """
 
 from __future__ import annotations
@@ -20,24 +24,59 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from .artifacts import Artifact
 from .fetch import sha256_file
+from .sdists import redact
 
 MANIFEST = "manifest.json"
 SHA256SUMS = "SHA256SUMS"
 FORMAT = 1
+ENTRY_KEYS = ("name", "url", "size", "sha256")
+
+
+class ManifestError(Exception):
+    """manifest.json is there but cannot be used."""
 
 
 def manifest_entry(art: Artifact, size: int) -> Dict[str, Any]:
-    return {"name": art.path, "url": art.url, "size": size, "sha256": art.sha256,
+    return {"name": art.path, "url": redact(art.url), "size": size, "sha256": art.sha256,
             "key": art.key, "source": art.source}
 
 
+def manifest_problem(data: Any) -> Optional[str]:
+    """What is wrong with parsed manifest.json data, or None."""
+    if not isinstance(data, dict):
+        return f"it holds a JSON {type(data).__name__}, not an object"
+    files = data.get("files")
+    if not isinstance(files, list):
+        return "it has no \"files\" list"
+    for number, entry in enumerate(files, 1):
+        if not isinstance(entry, dict):
+            return f"files entry {number} is not an object"
+        missing = [k for k in ENTRY_KEYS if k not in entry]
+        if missing:
+            return f"files entry {number} ({entry.get('name', 'no name')}) lacks {', '.join(missing)}"
+        if not isinstance(entry["name"], str) or not isinstance(entry["sha256"], str):
+            return f"files entry {number} has a name or sha256 that is not a string"
+    return None
+
+
 def read_manifest(mirror: Path) -> Dict[str, Dict[str, Any]]:
-    """Entries by name; an absent manifest is empty."""
+    """Entries by name; an absent manifest is empty; ManifestError for one that cannot be used."""
     path = mirror / MANIFEST
     if not path.exists():
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {entry["name"]: entry for entry in data.get("files", [])}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        problem: Optional[str] = f"it is not valid JSON ({exc})"
+    else:
+        problem = manifest_problem(data)
+    if problem:
+        raise ManifestError(
+            f"{path} is damaged: {problem}. It is the mirror's record of its files; delete it and "
+            f"{SHA256SUMS} beside it, then run bin/prefetch --mirror {mirror} again (with the options that filled "
+            "the mirror): files already there with the lock's sha256 are checked and recorded again, "
+            "not downloaded again")
+    return {entry["name"]: entry for entry in data["files"]}
 
 
 def atomic_write(path: Path, text: str) -> None:

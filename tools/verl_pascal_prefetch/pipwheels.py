@@ -18,6 +18,10 @@ sdist of a project that publishes none (``antlr4-python3-runtime``).
 under simple/: ``pip install --no-index --find-links
 http://mirror-host:8080/find-links.html`` installs from the mirror and from
 nothing else, from any static HTTP server.
+
+(Sdists the lock pins by name and sha256, ``verl_releases``, do not go
+through pip: ``sdists`` finds them on the index and the ``Fetcher`` checks
+them before anything opens them.)
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import html
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +43,7 @@ from .fetch import sha256_file
 SIMPLE = "simple"
 FIND_LINKS = "find-links.html"
 _DOWNLOADING = re.compile(r"(?:Downloading|Processing|Collecting)\s+(\S+)")
+_REUSED = re.compile(r"File was already downloaded\s+(\S+)")
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
 
@@ -108,13 +114,6 @@ def index_options(opts: PipOptions) -> List[str]:
     return cmd
 
 
-def sdist_command(opts: PipOptions, dest: Path, requirement: str) -> List[str]:
-    """``pip download`` of one sdist (the lock pins its sha256, not its URL)."""
-    return ([opts.python, "-m", "pip", "download", "--dest", str(dest), "--no-deps", "--no-binary=:all:",
-             "--progress-bar", "off", "--disable-pip-version-check"] + index_options(opts)
-            + list(opts.extra_args) + [requirement])
-
-
 def source_urls(output: str) -> Dict[str, str]:
     """File name -> where pip took it from, read from pip's log (best effort)."""
     urls: Dict[str, str] = {}
@@ -144,14 +143,44 @@ def seed(dest: Path, dists: Dict[str, Path]) -> None:
 
 
 def run_pip(cmd: Sequence[str], echo: Callable[[str], None]) -> Tuple[int, str]:
-    """Run pip, echoing its lines; returns (exit code, whole output)."""
+    """Run pip, echoing its lines; returns (exit code, whole output). Ctrl-C stops pip too."""
     lines: List[str] = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            echo(line.rstrip("\n"))
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                echo(line.rstrip("\n"))
+        except KeyboardInterrupt:
+            stop(proc)
+            raise
     return proc.returncode, "".join(lines)
+
+
+def stop(proc: "subprocess.Popen[str]", grace: float = 5.0) -> None:
+    """Interrupt pip (it may not have had the Ctrl-C: a signal to this process only), kill it if it lingers."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def reused(output: str) -> List[str]:
+    """File names pip took from its destination (the mirror's files seeded there), from its log."""
+    return [os.path.basename(m.group(1)) for m in _REUSED.finditer(output)]
+
+
+def recorded_again(mirror: Path, names: Sequence[str], fallback_url: str) -> List[Artifact]:
+    """Artifacts for files already under simple/ that the manifest lacks (after it was rebuilt)."""
+    found: List[Artifact] = []
+    for name, path in sorted(existing_dists(mirror).items()):
+        if name in names:
+            project = path.parent.name
+            found.append(Artifact(key=f"pip:{project}", path=f"{SIMPLE}/{project}/{name}", url=fallback_url,
+                                  sha256=sha256_file(path).hexdigest(), size=path.stat().st_size, source="pip"))
+    return found
 
 
 def place(dest: Path, mirror: Path, urls: Dict[str, str], fallback_url: str) -> List[Artifact]:
@@ -206,8 +235,13 @@ def _page(title: str, body: str) -> str:
             f"<title>{title}</title></head>\n  <body>\n    <h1>{title}</h1>\n{body}  </body>\n</html>\n")
 
 
-def download(opts: PipOptions, mirror: Path, echo: Callable[[str], None]) -> Tuple[List[Artifact], Optional[str]]:
-    """Run the pip hook; returns (artifacts placed, error message or None)."""
+def download(opts: PipOptions, mirror: Path, echo: Callable[[str], None],
+             recorded: Sequence[str] = ()) -> Tuple[List[Artifact], Optional[str]]:
+    """Run the pip hook; returns (artifacts placed, error message or None).
+
+    Files pip takes from the mirror are returned too when ``recorded`` (the
+    manifest's names) lacks them, so a deleted manifest.json is rebuilt.
+    """
     dest = mirror / ".pip-download"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -223,36 +257,7 @@ def download(opts: PipOptions, mirror: Path, echo: Callable[[str], None]) -> Tup
         for name in seeded:  # already in the mirror: keep the mirror's copy
             (dest / name).unlink()
         fallback = f"pip:{opts.index_url or 'configured index'}"
-        return place(dest, mirror, source_urls(output), fallback), None
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
-
-
-def download_sdist(opts: PipOptions, mirror: Path, art: Artifact, echo: Callable[[str], None]) -> Tuple[str, Optional[str]]:
-    """Put the sdist ``art`` (``url`` ``pip:<project>==<version>``) at ``<mirror>/<art.path>``.
-
-    Returns (status, error): ``present`` (already there with the lock's
-    sha256), ``fetched``, or ``failed`` with the reason; a file whose sha256
-    is not the lock's never gets its final name.
-    """
-    final = mirror / art.path
-    if final.is_file() and sha256_file(final).hexdigest() == art.sha256:
-        return "present", None
-    dest = mirror / f".pip-sdist-{art.filename}"
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    try:
-        code, _ = run_pip(sdist_command(opts, dest, art.url[len("pip:"):]), echo)
-        if code != 0:
-            return "failed", f"pip download {art.url[4:]} failed (exit {code}); see its output above"
-        got = dest / art.filename
-        if not got.is_file():
-            names = ", ".join(sorted(p.name for p in dest.iterdir())) or "nothing"
-            return "failed", f"pip saved {names}, not {art.filename}"
-        actual = sha256_file(got).hexdigest()
-        if actual != art.sha256:
-            return "failed", f"sha256 mismatch: expected {art.sha256}, actual {actual}; the file was deleted"
-        os.replace(got, final)
-        return "fetched", None
+        unrecorded = [n for n in reused(output) if f"{SIMPLE}/{project_of(n)}/{n}" not in set(recorded)]
+        return recorded_again(mirror, unrecorded, fallback) + place(dest, mirror, source_urls(output), fallback), None
     finally:
         shutil.rmtree(dest, ignore_errors=True)
