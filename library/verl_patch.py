@@ -20,6 +20,10 @@ description:
     is missing (upstream moved something) or if the release is not supported.
   - Idempotent (a patched tree is left byte-identical); supports check mode and
     diff mode. Writes a manifest of every changed site into the tree.
+  - Writing is a transaction that survives the process being killed at any point
+    (a journal in the tree, rolled forward by the next run, which also removes
+    stray temporary files). In check mode an interrupted patch is reported
+    (changed, with a warning), not scanned.
   - The logic lives in C(module_utils/verl_patch.py), shared with C(bin/verl-patch).
   - C(torch.compile) of the entropy is not patched; set
     C(actor_rollout_ref.actor.use_torch_compile=False) instead.
@@ -102,6 +106,15 @@ files_changed:
   returned: always
   type: list
   elements: str
+recovered:
+  description: Files (relative to the source) this run wrote to complete a patch an earlier run left interrupted.
+  returned: always
+  type: list
+  elements: str
+interrupted:
+  description: In check mode, the journal of an interrupted patch that a run without check mode completes; else null.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -140,11 +153,19 @@ def main() -> None:
         "sites": data["sites"],
         "counts": data["counts"],
         "files_changed": data["files_changed"],
+        "recovered": data["recovered"],
+        "interrupted": data["interrupted"],
     }
     if module._diff and plan.changes:
         result["diff"] = plan.diffs()
     for warning in plan.warnings:
         module.warn(warning)
+    if plan.interrupted:
+        module.warn(
+            "an interrupted patch is pending (journal %s); a run without check mode completes it" % plan.interrupted
+        )
+    if plan.recovered:
+        module.warn("completed a patch an earlier run left interrupted (%d file(s))" % len(plan.recovered))
     module.exit_json(**result)
 
 

@@ -1,7 +1,7 @@
 """Version-aware, syntax-based patcher that makes verl run without bf16 and FlashAttention-2.
 
 verl hard-codes three things a Pascal GPU (sm_61) cannot do, and no config key
-reaches them (DESIGN.md section 3):
+reaches them:
 
 ``autocast_bf16``
     ``torch.autocast(..., dtype=torch.bfloat16)`` around the actor, critic,
@@ -43,18 +43,30 @@ the other attention, or pascal <-> volta_turing, works; going back to
 ``native`` is refused: reinstall verl from its sdist instead.
 
 All rewritten files are compiled and re-scanned in memory before anything is
-written, then written through temporary files and ``os.replace``: a failed
-rewrite leaves the tree untouched. Standard library only, Python 3.8+.
+written: a failed rewrite leaves the tree untouched. Writing is a transaction
+that survives the process being killed at any point: first a journal,
+``verl/.verl_pascal_patch.journal``, holding every file's new content and a
+hash of its old content, is written to a temporary file, fsync'd and renamed
+into place; then each file is written through a temporary file
+(``.verl_patch.*`` beside it) and ``os.replace``; then the journal is removed.
+A run that finds a journal rolls it forward (writes the files still holding
+their old content, refusing any file that holds neither) before it plans
+anything, and every run that writes removes stray ``.verl_patch.*`` files, so a
+re-run after a kill ends with the patch complete and no temporary file left.
+``check`` mode writes nothing: on an interrupted tree it reports the journal's
+pending files instead of scanning. Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import json
 import os
 import pkgutil
 import re
+import signal
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -82,6 +94,13 @@ COMPAT_DIR = "_pascal_compat"
 COMPAT_MODULE = "verl._pascal_compat.bert_padding"
 COMPAT_SOURCE_FILES = ("bert_padding.py",)
 MANIFEST_NAME = ".verl_pascal_patch.json"
+JOURNAL_NAME = ".verl_pascal_patch.journal"  # present only while a patch is being written
+JOURNAL_FORMAT = 1
+TEMP_PREFIX = ".verl_patch."  # temporary files beside their target; stray ones are removed
+# Test hook, never set in production: with VERL_PATCH_FAULT_AT_WRITE=N the process
+# SIGKILLs itself at its Nth write point (right before each file-system write, and
+# once after the last one), so tests can kill a real run at every write in turn.
+FAULT_ENV = "VERL_PATCH_FAULT_AT_WRITE"
 NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
 TRIGGERS = ("autocast", "flash_attn", "attn_implementation")
 BERT_MODULE = "flash_attn.bert_padding"
@@ -163,6 +182,10 @@ class BadSourceError(VerlPatchError):
     """The source directory is missing or holds no verl package."""
 
 
+class InterruptedPatchError(VerlPatchError):
+    """The journal of an interrupted patch cannot be rolled forward."""
+
+
 class UnsupportedVersionError(VerlPatchError):
     """The verl release is not in SUPPORTED_VERSIONS."""
 
@@ -218,6 +241,9 @@ class Plan:
     sites: List[Site] = field(default_factory=list)
     changes: List[FileChange] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    interrupted: Optional[str] = None  # check mode: the journal of an interrupted patch, not yet rolled forward
+    recovered: List[str] = field(default_factory=list)  # files this run wrote to complete an interrupted patch
+    leftovers: List[str] = field(default_factory=list)  # stray temporary files removed (check mode: found)
 
     @property
     def manifest_path(self) -> str:
@@ -229,7 +255,7 @@ class Plan:
 
     @property
     def changed(self) -> bool:
-        return bool(self.changes)
+        return bool(self.changes or self.recovered or self.leftovers or self.interrupted)
 
     def table_entry(self) -> Dict[str, Dict[str, int]]:
         """The SUPPORTED_VERSIONS entry that matches what was found."""
@@ -275,6 +301,9 @@ class Plan:
             "sites": [asdict(s) for s in self.sites],
             "files_changed": [c.rel for c in self.changes],
             "warnings": list(self.warnings),
+            "interrupted": self.interrupted,
+            "recovered": list(self.recovered),
+            "leftovers": list(self.leftovers),
             "table_entry": self.table_entry(),
         }
 
@@ -736,6 +765,10 @@ def read_text(path: str) -> str:
         return handle.read().decode("utf-8")
 
 
+def read_source(path: str, rel: str) -> str:
+    return read_text(path)
+
+
 def previous_patch(package_dir: str) -> Optional[Dict[str, str]]:
     """{'profile', 'attn'} from the marker of an earlier patch, None for a pristine tree."""
     path = os.path.join(package_dir, COMPAT_DIR, "__init__.py")
@@ -839,7 +872,7 @@ def plan_file(
     root: str, rel: str, attn: Optional[str], previous_attn: Optional[str]
 ) -> Tuple[List[Site], Optional[FileChange]]:
     path = os.path.join(root, rel)
-    text = read_text(path)
+    text = read_source(path, rel)
     if not any(t in text for t in TRIGGERS):
         return [], None
     bom = text.startswith("\ufeff")
@@ -883,12 +916,16 @@ def read_manifest(path: str) -> Optional[Dict[str, object]]:
     return data if isinstance(data, dict) else None
 
 
-def make_plan(source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False) -> Plan:
-    """Find every site and compute every file change; writes nothing."""
+def check_choices(profile: str, attn: str) -> None:
     if profile not in PROFILES:
         raise VerlPatchError("unknown profile %r; choose one of %s" % (profile, ", ".join(PROFILES)))
     if attn not in ATTN_CHOICES:
         raise VerlPatchError("unknown attention %r; choose one of %s" % (attn, ", ".join(ATTN_CHOICES)))
+
+
+def make_plan(source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False) -> Plan:
+    """Find every site and compute every file change; writes nothing."""
+    check_choices(profile, attn)
     root, package_dir = find_package_dir(source)
     version = read_verl_version(package_dir)
     previous = previous_patch(package_dir)
@@ -930,43 +967,265 @@ def make_plan(source: str, profile: str = "pascal", attn: str = "sdpa", allow_un
     return plan
 
 
-def _stage(change: FileChange) -> str:
-    """Write the new content beside the target; return the temporary path."""
-    directory = os.path.dirname(change.path)
-    os.makedirs(directory, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".verl_patch.", dir=directory)
+# ----------------------------------------------------------------------------
+# Writing: a journal, rolled forward by this run or, after a kill, by the next
+# ----------------------------------------------------------------------------
+
+_write_points_seen = 0
+
+
+def _write_point() -> None:
+    """Called right before every file-system write and once after the last one: the test hook."""
+    global _write_points_seen
+    target = os.environ.get(FAULT_ENV, "")
+    if not target.isdigit():
+        return
+    _write_points_seen += 1
+    if _write_points_seen == int(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sha256(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make renames and unlinks in ``directory`` durable (where the platform can)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically: it holds the old or the new bytes, never a mix."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        _write_point()
+        os.makedirs(directory, exist_ok=True)
+    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
+    _write_point()
+    handle, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(change.after.encode("utf-8"))
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        mode = os.stat(change.path).st_mode & 0o7777 if os.path.exists(change.path) else 0o644
         os.chmod(tmp, mode)
+        _write_point()
+        os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise
-    return tmp
+
+
+def journal_path(package_dir: str) -> str:
+    return os.path.join(package_dir, JOURNAL_NAME)
+
+
+@dataclass
+class JournalEntry:
+    """One file of a patch: its path inside the package, the hash of its old bytes (None: absent), its new text."""
+
+    rel: str
+    before_sha256: Optional[str]
+    after: str
+
+
+def journal_text(plan: Plan) -> str:
+    entries = [
+        {
+            "path": os.path.relpath(c.path, plan.package_dir).replace(os.sep, "/"),
+            "before_sha256": _sha256(None if c.before is None else c.before.encode("utf-8")),
+            "after": c.after,
+        }
+        for c in plan.changes
+    ]
+    data = {
+        "format": JOURNAL_FORMAT,
+        "engine_version": ENGINE_VERSION,
+        "profile": plan.profile,
+        "attn": plan.attn,
+        "files": entries,
+    }
+    return json.dumps(data, sort_keys=True) + "\n"
+
+
+def _unreadable_journal(path: str, why: str) -> InterruptedPatchError:
+    return InterruptedPatchError(
+        "%s: the journal of an interrupted patch is unreadable (%s); reinstall verl from its sdist, "
+        "then delete this file" % (path, why)
+    )
+
+
+def _entry(path: str, item: object) -> JournalEntry:
+    if not isinstance(item, dict):
+        raise _unreadable_journal(path, "an entry is not an object")
+    rel, before, after = item.get("path"), item.get("before_sha256"), item.get("after")
+    if not isinstance(rel, str) or not isinstance(after, str) or not (before is None or isinstance(before, str)):
+        raise _unreadable_journal(path, "an entry lacks path, before_sha256 or after")
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or "" in parts:
+        raise _unreadable_journal(path, "path %r leaves the package" % rel)
+    return JournalEntry(rel, before, after)
+
+
+def read_journal(package_dir: str) -> Optional[List[JournalEntry]]:
+    """The entries of an interrupted patch's journal; None when there is none."""
+    path = journal_path(package_dir)
+    raw = _read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise _unreadable_journal(path, str(exc))
+    if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT or not isinstance(data.get("files"), list):
+        raise _unreadable_journal(path, "not a format-%d journal" % JOURNAL_FORMAT)
+    return [_entry(path, item) for item in data["files"]]
+
+
+def _entry_path(package_dir: str, entry: JournalEntry) -> str:
+    return os.path.join(package_dir, *entry.rel.split("/"))
+
+
+def unwritten_entries(package_dir: str, entries: Sequence[JournalEntry]) -> List[JournalEntry]:
+    """Entries whose file still holds its old bytes; raise if a file holds neither old nor new bytes."""
+    todo: List[JournalEntry] = []
+    for entry in entries:
+        current = _read_bytes(_entry_path(package_dir, entry))
+        if current == entry.after.encode("utf-8"):
+            continue
+        if _sha256(current) != entry.before_sha256:
+            raise InterruptedPatchError(
+                "%s: changed since the interrupted patch recorded in %s was written (it holds neither its "
+                "old nor its new content); reinstall verl from its sdist, then delete that journal"
+                % (entry.rel, journal_path(package_dir))
+            )
+        todo.append(entry)
+    return todo
+
+
+def _root_rel(package_dir: str, path: str) -> str:
+    """``path`` relative to the directory that holds the package ("verl/..."), like every Plan path."""
+    return os.path.relpath(path, os.path.dirname(package_dir)).replace(os.sep, "/")
+
+
+def _leftover_paths(package_dir: str) -> List[str]:
+    found: List[str] = []
+    for dirpath, dirnames, filenames in os.walk(package_dir):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.startswith(TEMP_PREFIX) and not os.path.islink(path):
+                found.append(path)
+    return found
+
+
+def find_leftovers(package_dir: str) -> List[str]:
+    """Stray temporary files (``.verl_patch.*``) anywhere in the package."""
+    return [_root_rel(package_dir, path) for path in _leftover_paths(package_dir)]
+
+
+def remove_leftovers(package_dir: str) -> List[str]:
+    removed: List[str] = []
+    for path in _leftover_paths(package_dir):
+        _write_point()
+        os.unlink(path)
+        removed.append(_root_rel(package_dir, path))
+    return removed
+
+
+def roll_forward(package_dir: str) -> List[str]:
+    """Complete the patch the journal records, then remove the journal.
+
+    Returns the files that were written ("verl/..."); [] when there is no journal.
+    """
+    entries = read_journal(package_dir)
+    if entries is None:
+        return []
+    todo = unwritten_entries(package_dir, entries)  # checks every file before writing any
+    for entry in todo:
+        _write_file(_entry_path(package_dir, entry), entry.after.encode("utf-8"))
+    for directory in sorted({os.path.dirname(_entry_path(package_dir, e)) for e in todo}):
+        _fsync_dir(directory)
+    _write_point()
+    os.unlink(journal_path(package_dir))
+    _fsync_dir(package_dir)
+    return [_root_rel(package_dir, _entry_path(package_dir, e)) for e in todo]
 
 
 def apply_plan(plan: Plan) -> None:
-    """Stage every file, then move them all into place (sources, compat module, manifest last)."""
-    staged: List[Tuple[str, str]] = []
+    """Write the journal, then roll it forward: sources first, the compat module next, the manifest last.
+
+    The journal's rename is the commit point: a kill before it leaves the tree as it was (bar stray
+    temporary files), a kill after it leaves a journal that the next run completes.
+    """
+    journal = journal_path(plan.package_dir)
+    _write_file(journal, journal_text(plan).encode("utf-8"))
+    _fsync_dir(plan.package_dir)
     try:
-        for change in plan.changes:
-            staged.append((_stage(change), change.path))
-    except BaseException:
-        for tmp, _ in staged:
-            os.unlink(tmp)
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
+        roll_forward(plan.package_dir)
+    except OSError as exc:
+        raise InterruptedPatchError(
+            "%s; the patch is partly written and %s records the rest: once the cause is fixed, "
+            "run the patcher again (not in check mode) to complete it" % (exc, journal)
+        )
+
+
+def interrupted_plan(root: str, package_dir: str, profile: str, attn: str) -> Optional[Plan]:
+    """Check mode on a tree with a journal: the files a run would still write; None without a journal."""
+    entries = read_journal(package_dir)
+    if entries is None:
+        return None
+    version = read_verl_version(package_dir)
+    plan = Plan(root, package_dir, version, profile, attn, version in SUPPORTED_VERSIONS)
+    plan.interrupted = journal_path(package_dir)
+    for entry in unwritten_entries(package_dir, entries):
+        path = _entry_path(package_dir, entry)
+        before = read_source(path, entry.rel) if os.path.exists(path) else None
+        plan.changes.append(FileChange(path, _root_rel(package_dir, path), before, entry.after, "interrupted"))
+    plan.leftovers = find_leftovers(package_dir)
+    return plan
 
 
 def patch_tree(
     source: str, profile: str = "pascal", attn: str = "sdpa", check: bool = False, allow_unsupported: bool = False
 ) -> Plan:
-    """Plan and, unless ``check``, apply. The returned plan says what changed (or would change)."""
+    """Plan and, unless ``check``, apply. The returned plan says what changed (or would change).
+
+    A run first completes a patch that an earlier run left interrupted, so the plan is made on a
+    consistent tree; check mode instead reports the interrupted patch (see ``interrupted_plan``).
+    """
+    check_choices(profile, attn)
+    root, package_dir = find_package_dir(source)
+    if check:
+        interrupted = interrupted_plan(root, package_dir, profile, attn)
+        if interrupted is not None:
+            return interrupted
+        plan = make_plan(source, profile, attn, allow_unsupported)
+        plan.leftovers = find_leftovers(package_dir)
+        return plan
+    recovered = roll_forward(package_dir)
+    leftovers = remove_leftovers(package_dir)
     plan = make_plan(source, profile, attn, allow_unsupported)
-    if not check and plan.changes:
+    plan.recovered, plan.leftovers = recovered, leftovers
+    if plan.changes:
         apply_plan(plan)
+    _write_point()  # after the last write
     return plan

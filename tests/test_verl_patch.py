@@ -52,7 +52,7 @@ SYNTHETIC = DATA / "synthetic"
 EXPECTED = DATA / "expected"
 
 # Per release: sites of each kind that the patcher must find, and a few of
-# them by file and line (0.5.0 lines are the ones DESIGN.md section 3 cites).
+# them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
     "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
     "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
@@ -91,7 +91,6 @@ ALL_VERSIONS = ("0.3.0.post1", "0.4.0", "0.4.1", "0.5.0")
 # --------------------------------------------------------------------------
 # Fixtures: sdists from PyPI (once), trees to patch (per test)
 # --------------------------------------------------------------------------
-
 
 
 @pytest.fixture
@@ -483,7 +482,8 @@ def test_engine_is_stdlib_only_and_python38_compatible() -> None:
     """The engine ships to hosts with Python 3.8+: stdlib imports only, no 3.9+ syntax."""
     source = (REPO_ROOT / "module_utils/verl_patch.py").read_text()
     tree = ast.parse(source, feature_version=(3, 8))
-    stdlib = {"__future__", "ast", "difflib", "json", "os", "pkgutil", "re", "sys", "tempfile", "dataclasses", "typing"}
+    stdlib = {"__future__", "ast", "dataclasses", "difflib", "hashlib", "json", "os", "pkgutil", "re", "signal"}
+    stdlib |= {"sys", "tempfile", "typing"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             assert {a.name.split(".")[0] for a in node.names} <= stdlib
