@@ -67,7 +67,6 @@ import os
 import pkgutil
 import re
 import signal
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -180,6 +179,10 @@ class VerlPatchError(Exception):
 
 class BadSourceError(VerlPatchError):
     """The source directory is missing or holds no verl package."""
+
+
+class DamagedSourceError(BadSourceError):
+    """A file of the verl package cannot be read or parsed: the tree is damaged."""
 
 
 class InterruptedPatchError(VerlPatchError):
@@ -681,10 +684,11 @@ def src_line(node: ast.AST) -> int:
 def parse(text: str, rel: str) -> ast.AST:
     try:
         return ast.parse(text, filename=rel)
-    except SyntaxError as exc:
-        raise RewriteError(
-            "%s: Python %d.%d cannot parse it (%s, line %s); run the patcher with the Python verl runs on"
-            % (rel, sys.version_info[0], sys.version_info[1], exc.msg, exc.lineno)
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte
+        where = ", line %s" % exc.lineno if isinstance(exc, SyntaxError) else ""
+        raise DamagedSourceError(
+            "%s is damaged: it does not parse (%s%s); reinstall verl from its sdist"
+            % (rel, getattr(exc, "msg", exc), where)
         )
 
 
@@ -722,6 +726,12 @@ def to_site(rel: str, src: SourceText, found: FoundSite) -> Site:
 def find_package_dir(source: str) -> Tuple[str, str]:
     """(root that holds verl/, verl package dir) for an sdist root, a site-packages dir or verl/ itself."""
     source = os.path.abspath(source)
+    if os.path.exists(source) and not os.path.isdir(source):
+        archive = source.endswith((".tar.gz", ".tgz", ".zip", ".whl"))
+        raise BadSourceError(
+            "%s is a file, not a directory: give the %sverl sdist root, a site-packages directory or the "
+            "verl package directory" % (source, "unpacked " if archive else "")
+        )
     if not os.path.isdir(source):
         raise BadSourceError("%s: no such directory" % source)
     if os.path.isfile(os.path.join(source, PACKAGE, "__init__.py")):
@@ -766,7 +776,13 @@ def read_text(path: str) -> str:
 
 
 def read_source(path: str, rel: str) -> str:
-    return read_text(path)
+    """A package file's text; a file that is not UTF-8 is damaged (verl's files all are)."""
+    try:
+        return read_text(path)
+    except UnicodeDecodeError as exc:
+        raise DamagedSourceError(
+            "%s is damaged: it is not UTF-8 text (byte %d); reinstall verl from its sdist" % (rel, exc.start)
+        )
 
 
 def previous_patch(package_dir: str) -> Optional[Dict[str, str]]:
@@ -775,7 +791,7 @@ def previous_patch(package_dir: str) -> Optional[Dict[str, str]]:
     if not os.path.isfile(path):
         return None
     values: Dict[str, str] = {}
-    for node in ast.parse(read_text(path)).body:
+    for node in parse(read_source(path, path), path).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = str_const(node.value)
             if value is not None:

@@ -300,6 +300,63 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     assert run_cli("--source", str(tmp_path), "--profile", "ampere").returncode == 2  # argparse
 
 
+def test_cli_source_that_is_a_file_says_so(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a tree\n")
+    proc = run_cli("--source", str(notes), "--profile", "pascal")
+    assert proc.returncode == 2 and "%s is a file, not a directory" % notes in proc.stderr
+    assert "Traceback" not in proc.stderr
+    archive = tmp_path / "verl-0.5.0.tar.gz"
+    archive.write_bytes(b"\x1f\x8b")
+    proc = run_cli("--source", str(archive), "--profile", "pascal", "--check")
+    assert proc.returncode == 2 and "is a file, not a directory" in proc.stderr and "unpacked" in proc.stderr
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_cli_damaged_source_file_says_reinstall(real_tree: Path) -> None:
+    actor = real_tree / "verl/workers/actor/dp_actor.py"
+    data = actor.read_bytes()
+    actor.write_bytes(data[: len(data) // 2])  # a truncated copy: cut inside a statement
+    with pytest.raises(SyntaxError):
+        compile(actor.read_bytes(), str(actor), "exec")
+    before = snapshot(real_tree)
+    for extra in ((), ("--check",)):
+        proc = run_cli("--source", str(real_tree), "--profile", "pascal", *extra)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "verl/workers/actor/dp_actor.py is damaged" in proc.stderr
+        assert "reinstall verl from its sdist" in proc.stderr
+        assert "Python" not in proc.stderr  # another interpreter would not help
+    assert snapshot(real_tree) == before
+
+
+def test_cli_source_file_that_is_not_utf8_is_damaged(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"verl/bad.py": b"x = '\xff\xfe'\n"})
+    proc = run_cli("--source", str(root), "--profile", "pascal", "--allow-unsupported")
+    assert proc.returncode == 2 and "verl/bad.py is damaged" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
+def test_cli_closed_stdout_exits_quietly(real_tree: Path) -> None:
+    """`verl-patch ... --diff | head -1`: the reader is gone before the output is written."""
+    for extra in (("--check",), ()):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # head -1 has read its line and exited
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(CLI), "--source", str(real_tree), "--profile", "pascal", "--diff", *extra],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+            )
+        finally:
+            os.close(write_end)
+        assert proc.returncode == 141, proc.stderr
+        assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    # The patch is written before its report: losing the report loses nothing.
+    assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check").returncode == 0
+
+
 @pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
 def test_real_sdist_native_profile_changes_nothing(real_tree: Path) -> None:
     before = snapshot(real_tree)
