@@ -268,3 +268,10 @@ def test_complete_mirror_dir_passes(tmp_path: Path) -> None:
     proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", f"artifact_mirror_dir={mirror}")
     assert proc.returncode == 0, proc.stdout
     assert facts["profile"] == "pascal"
+
+
+def test_training_as_root_is_refused_before_any_change(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "training_user=root")
+    assert proc.returncode != 0
+    assert "never trains as root" in proc.stdout
+    assert facts == {}
