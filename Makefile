@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test demo setup venv lint unit molecule clean
+.PHONY: test demo setup venv lint unit molecule clean clean-host
 
 ## test: everything CI runs, from a fresh machine (needs root for packages and Podman)
 test:
@@ -39,3 +39,9 @@ molecule: setup venv
 clean:
 	-podman rm -f verl-pascal-demo p40-box
 	rm -rf .cache
+
+## clean-host: remove what make test and make demo leave outside the clone (caches, images)
+clean-host: clean
+	-podman rmi -f $$(podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/verl-pascal') 2>/dev/null
+	rm -rf /var/cache/verl-pascal-test $(HOME)/.cache/verl-pascal $(HOME)/.cache/pip $(HOME)/.cache/molecule $(HOME)/.ansible
+	rm -f /etc/containers/containers.conf.d/50-verl-pascal.conf
