@@ -195,7 +195,7 @@ torchaudio_version: ""  # STAND-IN override: skipped (no CPU wheel here)
 YML
 # --- verl: the lock's sdists and their dependency locks, with bin/prefetch ----
 # The command a site runs to fill its mirror (README: "Offline and fleets"):
-# each release of verl_releases (pip downloads the sdist; its sha256 is the
+# each release of verl_releases (found on the index's simple API; its sha256 is the
 # lock's) and, for the stand-in Python and torch, each dependency lock as wheels
 # (sdists where a project has none); setuptools and wheel, to build those and
 # verl's tree offline, are in simple/ already. pip's HTTP cache is this user's
