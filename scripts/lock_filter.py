@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drop torch and what only torch needs from a lock written by `uv pip compile --annotation-style line`.
+"""Drop torch and what only torch needs from a lock written by `uv pip compile` (with or without hashes).
 
 The verl role installs a lock into an env where the pytorch role already
 installed torch and its own dependencies (CUDA wheels, sympy, networkx, ...):
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 ROOTS = ("torch", "triton")
 CUDA_WHEEL = re.compile(r"^(nvidia|cuda)-")
-LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==\S+\s*(?:#\s*via\s+(?P<via>.*))?$")
+PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==\S+")
+VIA = re.compile(r"#\s*via\s+(?P<via>.*)$")
 
 
 def normalize(name: str) -> str:
@@ -30,13 +31,39 @@ def parse_via(via: str) -> List[str]:
     return [normalize(v.strip()) for v in via.split(",") if v.strip()]
 
 
+def entries(lines: List[str]) -> List[List[str]]:
+    """Group lines into entries: a pin and its indented continuation lines
+    (`--hash=...`, `# via ...`, as `--generate-hashes` writes them); any other
+    line is an entry of its own."""
+    out: List[List[str]] = []
+    for line in lines:
+        if out and line[:1] in (" ", "\t") and PIN.match(out[-1][0]):
+            out[-1].append(line)
+        else:
+            out.append([line])
+    return out
+
+
+def pin_of(entry: List[str]) -> Optional[Tuple[str, Set[str]]]:
+    match = PIN.match(entry[0])
+    if not match:
+        return None
+    via: Set[str] = set()
+    for line in entry:
+        found = VIA.search(line)
+        if found:
+            via |= set(parse_via(found["via"]))
+    return normalize(match["name"]), via
+
+
 def filter_lock(lines: List[str], roots: Sequence = ROOTS) -> List[str]:
     """Return the lines without the roots' exclusive dependency closure."""
+    groups = entries(lines)
     pins: Dict[str, Set[str]] = {}
-    for line in lines:
-        match = LINE.match(line.strip())
-        if match:
-            pins[normalize(match["name"])] = set(parse_via(match["via"] or ""))
+    for entry in groups:
+        pin = pin_of(entry)
+        if pin:
+            pins[pin[0]] = pin[1]
     dropped = {n for n in pins if n in {normalize(r) for r in roots} or CUDA_WHEEL.match(n)}
     changed = True
     while changed:
@@ -45,12 +72,12 @@ def filter_lock(lines: List[str], roots: Sequence = ROOTS) -> List[str]:
             if name not in dropped and via and via <= dropped:
                 dropped.add(name)
                 changed = True
-    out = []
-    for line in lines:
-        match = LINE.match(line.strip())
-        if match and normalize(match["name"]) in dropped:
+    out: List[str] = []
+    for entry in groups:
+        pin = pin_of(entry)
+        if pin and pin[0] in dropped:
             continue
-        out.append(line)
+        out.extend(entry)
     return out
 
 

@@ -87,7 +87,8 @@ def test_every_locked_release_has_both_pairs():
 
 @pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: "%s/%s" % (p.parent.name, p.name))
 def test_locks_pin_exactly_and_leave_torch_alone(lock):
-    pins = [line.split("#")[0].strip() for line in lock.read_text().splitlines() if line and not line.startswith("#")]
+    entries = lock_filter.entries(lock.read_text().splitlines(keepends=True))
+    pins = [e[0].split("#")[0].rstrip(" \\\n") for e in entries if e[0].strip() and not e[0].startswith("#")]
     assert pins
     for pin in pins:
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", pin), pin
@@ -121,3 +122,35 @@ def test_probe_reports_a_non_editable_verl_without_a_dir(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     found = probe.probe()
     assert (found["verl"], found["verl_dir"]) == ("0.4.1", None)
+
+
+HASHED = """\
+accelerate==1.15.0 \\
+    --hash=sha256:aaaa \\
+    --hash=sha256:bbbb
+    # via peft, -r requirements.in
+sympy==1.14.0 \\
+    --hash=sha256:cccc
+    # via torch
+torch==2.6.0 \\
+    --hash=sha256:dddd
+    # via accelerate, -r /tmp/x/torch.txt
+"""
+
+
+def test_filter_drops_a_hashed_entry_whole_and_keeps_the_others_with_their_hashes():
+    out = lock_filter.filter_lock(HASHED.splitlines(keepends=True))
+    assert "".join(out) == HASHED.split("sympy==")[0]
+
+
+def test_every_pin_of_every_lock_carries_sha256_hashes():
+    """pip installs the locks with --require-hashes: a pin without a hash would stop the play."""
+    locks = sorted((ROOT / "roles" / "verl" / "files" / "locks").glob("verl-*/py*.txt"))
+    assert locks
+    for lock in locks:
+        entries = lock_filter.entries(lock.read_text().splitlines(keepends=True))
+        pins = [e for e in entries if lock_filter.PIN.match(e[0])]
+        assert pins, lock
+        for entry in pins:
+            hashes = [line for line in entry if line.strip().startswith("--hash=sha256:")]
+            assert hashes and all(len(h.strip().rstrip(" \\").split(":")[1]) == 64 for h in hashes), (lock, entry[0])
