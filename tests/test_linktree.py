@@ -142,23 +142,28 @@ def test_a_destination_symlinked_to_another_filesystem_is_refused_before_any_lin
     _nothing_linked(src, dest)
 
 
-def test_lib64_on_a_real_other_filesystem_links_nothing(trees) -> None:
+@pytest.fixture
+def lib64_elsewhere(trees):
+    """dest/lib64 as a symlink to a directory on a real other filesystem (/dev/shm)."""
     src, dest = trees
     shm = Path("/dev/shm")
     if not shm.is_dir() or not os.access(shm, os.W_OK) or shm.stat().st_dev == src.stat().st_dev:
         pytest.skip("needs a writable /dev/shm on another filesystem than the test's tmp dir")
     other = shm / f"verl-pascal-test-lib64-{os.getpid()}-{dest.parent.name}"
     other.mkdir()
-    try:
-        os.symlink(other, dest / "lib64")
-        with pytest.raises(lt.LinkTreeError, match="different filesystems"):
-            link(src, dest)
-        _nothing_linked(src, dest)
-        assert list(other.iterdir()) == []
-    finally:
-        for entry in other.iterdir():
-            entry.unlink()
-        other.rmdir()
+    os.symlink(other, dest / "lib64")
+    yield src, dest, other
+    for entry in other.iterdir():
+        entry.unlink()
+    other.rmdir()
+
+
+def test_lib64_on_a_real_other_filesystem_links_nothing(lib64_elsewhere) -> None:
+    src, dest, other = lib64_elsewhere
+    with pytest.raises(lt.LinkTreeError, match="different filesystems"):
+        link(src, dest)
+    _nothing_linked(src, dest)
+    assert list(other.iterdir()) == []
 
 
 def test_apply_records_what_it_did_before_an_error(trees, monkeypatch) -> None:
@@ -182,22 +187,11 @@ def test_apply_records_what_it_did_before_an_error(trees, monkeypatch) -> None:
 
 
 @pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
-def test_module_refuses_a_cross_filesystem_lib64_without_changing_anything(trees, tmp_path: Path) -> None:
-    src, dest = trees
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or not os.access(shm, os.W_OK) or shm.stat().st_dev == src.stat().st_dev:
-        pytest.skip("needs a writable /dev/shm on another filesystem than the test's tmp dir")
-    other = shm / f"verl-pascal-test-lib64-{os.getpid()}-{tmp_path.name}"
-    other.mkdir()
-    try:
-        os.symlink(other, dest / "lib64")
-        args = json.dumps({"src": str(src), "dest": str(dest), "dirs": MAPPING})
-        result = run_ansible_module(tmp_path, "link_tree", args)
-        assert result.get("failed") is True and result.get("changed") is False, result
-        assert "different filesystems" in result["msg"] and "nothing was linked" in result["msg"]
-        _nothing_linked(src, dest)
-        assert list(other.iterdir()) == []
-    finally:
-        for entry in other.iterdir():
-            entry.unlink()
-        other.rmdir()
+def test_module_refuses_a_cross_filesystem_lib64_without_changing_anything(lib64_elsewhere, tmp_path: Path) -> None:
+    src, dest, other = lib64_elsewhere
+    args = json.dumps({"src": str(src), "dest": str(dest), "dirs": MAPPING})
+    result = run_ansible_module(tmp_path, "link_tree", args)
+    assert result.get("failed") is True and result.get("changed") is False, result
+    assert "different filesystems" in result["msg"] and "nothing was linked" in result["msg"]
+    _nothing_linked(src, dest)
+    assert list(other.iterdir()) == []
