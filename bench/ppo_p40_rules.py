@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
     with SmiSampler() as smi, open(log_path, "w") as log_file:
-        proc = subprocess.Popen([script, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        # The GPU host's only user is root; the script refuses root without this.
+        proc = subprocess.Popen([script, "--allow-root", *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             returncode = proc.wait(timeout=args.timeout)

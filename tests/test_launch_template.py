@@ -209,3 +209,19 @@ def test_the_actor_keeps_its_parameters_on_the_gpu_under_the_hf_rollout(
     assert f"actor_rollout_ref.actor.fsdp_config.param_offload={actor_offload}" in argv
     assert "critic.model.fsdp_config.param_offload=True" in argv
     assert "actor_rollout_ref.ref.fsdp_config.param_offload=True" in argv
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs as root to see the override")
+def test_allow_root_runs_as_root_when_asked(box: Path) -> None:
+    script = render(box, conda_env_prefix=str(standin_env(box)), launch_runs_dir=str(box / "runs"))
+    proc = run(script, "--allow-root")
+    assert proc.returncode == 0, proc.stderr
+    assert (box / "trained").exists() and len(list((box / "runs").iterdir())) == 1
+
+
+def test_help_lists_every_option(tmp_path: Path) -> None:
+    proc = run(render(tmp_path), "--help")
+    assert proc.returncode == 0
+    for option in ("--dry-run", "--check-config", "--allow-root", "HYDRA_OVERRIDE"):
+        assert option in proc.stdout, option
+    assert "set -euo" not in proc.stdout
