@@ -61,12 +61,12 @@ def cache() -> Iterator[Path]:
     shutil.rmtree(top)
 
 
-def run_role(cache: object, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+def run_role(cache: object, tmp_path: Path, *flags: str, user: str = USER) -> subprocess.CompletedProcess:
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_HOME=str(tmp_path / "home"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1")
     cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-           "-e", f"training_user={USER}", "-e", f"pip_cache_dir={cache}", *flags, str(tmp_path / "play.yml")]
+           "-e", f"training_user={user}", "-e", f"pip_cache_dir={cache}", *flags, str(tmp_path / "play.yml")]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -100,6 +100,15 @@ def test_the_role_changes_nothing_the_second_time_and_check_mode_tells_the_truth
     assert run_role(cache, tmp_path).returncode == 0
     again = run_role(cache, tmp_path)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
+
+
+def test_check_mode_on_a_fresh_box_reports_the_change_for_a_user_not_created_yet(cache: Path, tmp_path: Path) -> None:
+    # On a fresh box the conda role's user task only reports in check mode; the
+    # cache task must not look up an owner that does not exist yet.
+    check = run_role(cache, tmp_path, "--check", user="verl-pascal-not-created")
+    assert check.returncode == 0 and "changed=1" in check.stdout, check.stdout + check.stderr
+    assert "a real run creates it" in check.stdout
+    assert {p.stat().st_uid for p in cache.rglob("*")} == {0}, "check mode changed an owner"
 
 
 def test_an_empty_setting_leaves_pip_its_default_cache(tmp_path: Path) -> None:
