@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "nvidia-smi"
@@ -64,7 +65,26 @@ def fake_nvidia_smi(tmp_path: Path, recorded: str, rc: int = 0, fallback: str | 
     return script
 
 
-def run_preflight(tmp_path: Path, *extra: str, check: bool = False) -> tuple[subprocess.CompletedProcess[str], dict]:
+def lock_pins() -> list[str]:
+    """torch, torchvision and torchaudio as the version lock pins them, as requirements."""
+    versions = yaml.safe_load((REPO / "inventory/group_vars/all/versions.yml").read_text())
+    return [f"{name}=={versions[name + '_version']}" for name in ("torch", "torchvision", "torchaudio")
+            if versions[name + "_version"]]
+
+
+def standin_torch_lock(tmp_path: Path) -> Path:
+    """A STAND-IN torch lock for the version lock's pins (the real one needs PyTorch's index):
+    the pins with a made-up hash, enough for preflight's check that a lock exists and pins them."""
+    versions = yaml.safe_load((REPO / "inventory/group_vars/all/versions.yml").read_text())
+    minor = ".".join(str(versions["python_version"]).split(".")[:2])
+    lock = tmp_path / "torch-locks" / f"torch-{versions['torch_version']}" / f"py{minor}.txt"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("".join(f"{pin} \\\n    --hash=sha256:{'0' * 64}\n" for pin in lock_pins()))
+    return lock.parent.parent
+
+
+def run_preflight(tmp_path: Path, *extra: str, check: bool = False,
+                  torch_locks: Path | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
     book = tmp_path / "play.yml"
     book.write_text(PLAYBOOK)
     out = tmp_path / "facts.json"
@@ -83,6 +103,7 @@ def run_preflight(tmp_path: Path, *extra: str, check: bool = False) -> tuple[sub
         "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
         "-e", f"out={out}",
         "-e", f"ansible_python_interpreter={sys.executable}",
+        "-e", f"pytorch_lock_dir={torch_locks or standin_torch_lock(tmp_path)}",
         *extra,
     ]
     if check:
@@ -112,6 +133,15 @@ def test_p40_box_gets_the_pascal_profile(tmp_path: Path) -> None:
     assert facts["profile"] == "pascal"
     assert facts["count"] == 1 and facts["cap"] == "6.1"
     assert facts["cuda"]["ok"] is True
+
+
+def test_a_missing_torch_lock_stops_the_play_before_the_gpus_are_even_read(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")),
+                                torch_locks=tmp_path / "empty")
+    assert proc.returncode != 0 and not facts
+    assert "No hashed lock for torch" in proc.stdout and "bin/pip-lock" in proc.stdout
+    assert "Read the NVIDIA GPUs" not in proc.stdout
 
 
 def test_check_mode_gives_the_same_verdict(tmp_path: Path) -> None:
