@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from .fetch import sha256_file
+from .mirror import atomic_write
 from .pipwheels import default_platforms, normalize
 from .sdists import PipIndexError, pip_index
 
@@ -130,20 +130,6 @@ def resolve(requirements: Sequence[str], python_version: str, platforms: Sequenc
         return json.loads(report.read_text())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write the lock whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pip-lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("requirements", nargs="+", metavar="REQUIREMENT",
@@ -186,7 +172,8 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILED
     header = [f"# {line}" for line in args.header]
     header.append(f"# Python {args.python_version}: every file pip installs, by sha256 (pip install --require-hashes).")
-    write_atomic(args.output, "\n".join(header + lines) + "\n")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.output, "\n".join(header + lines) + "\n")  # the lock whole or not at all
     print(f"pip-lock: wrote {args.output} ({sum(1 for line in lines if '==' in line)} pins)")
     return EXIT_OK
 
