@@ -55,6 +55,13 @@ mkdir -p "$prefix/bin" "$target/lib" "$target/include" "$prefix/nvvm"
 cp "$here/payload/nvcc" "$prefix/bin/nvcc"
 cp "$here/payload/cuda-uninstaller" "$prefix/bin/cuda-uninstaller"
 cp "$here/payload/version.json" "$prefix/version.json"
+# STAND-IN test hook (molecule/shared/interrupt.py): when the pause file names
+# this installer, stop here, half done (version.json written, the libraries
+# not), until the test cuts the run off.
+if [ "$(cat /var/tmp/verl-pascal-standin-pause 2>/dev/null)" = cuda ]; then
+  echo cuda >/var/tmp/verl-pascal-standin-paused
+  sleep 600
+fi
 cp "$here/payload/cuda_runtime_api.h" "$target/include/cuda_runtime_api.h"
 cp "$here/payload/libcudart.so.$BUILD" "$target/lib/libcudart.so.$BUILD"
 ln -sfn "libcudart.so.$BUILD" "$target/lib/libcudart.so.11.0"

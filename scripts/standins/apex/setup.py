@@ -42,6 +42,20 @@ if os.environ.get("APEX_CPP_EXT") == "1" or os.environ.get("APEX_CUDA_EXT") == "
     cpp_ext = os.environ.get("APEX_CPP_EXT") == "1"
     cuda_ext = os.environ.get("APEX_CUDA_EXT") == "1"
 
+def standin_pause(name):
+    """STAND-IN test hook (molecule/shared/interrupt.py): when the pause file
+    names this stand-in, stop here, half done, until the test cuts the run off."""
+    try:
+        with open("/var/tmp/verl-pascal-standin-pause") as f:
+            wanted = f.read().strip()
+    except OSError:
+        return
+    if wanted == name:
+        with open("/var/tmp/verl-pascal-standin-paused", "w") as f:
+            f.write(name + "\n")
+        time.sleep(600)
+
+
 ext_modules = []
 nvcc_release = None
 if cpp_ext:
@@ -75,6 +89,7 @@ if "bdist_wheel" in sys.argv:
     log = os.environ.get("APEX_STANDIN_BUILD_LOG", "/tmp/verl-pascal-apex-standin-builds.log")
     with open(log, "a") as f:
         f.write(f"{info['built_at']} arch={info['torch_cuda_arch_list']} jobs={info['max_jobs']} style={style}\n")
+    standin_pause("apex")  # mid-build: the build info is written, nothing is compiled yet
 
 setup(
     name="apex",
