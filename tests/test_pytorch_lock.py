@@ -133,7 +133,6 @@ def test_the_role_installs_torch_from_its_hashed_lock(tmp_path: Path, env: Path,
     assert f"torch=={VERSION} \\\n    --hash=sha256:{good}" in text
     proc = run_role(tmp_path, env, index, tmp_path / "locks")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "--require-hashes" in proc.stdout or installed_torch(env) == VERSION
     assert installed_torch(env) == VERSION
     again = run_role(tmp_path, env, index, tmp_path / "locks")
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
