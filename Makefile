@@ -19,9 +19,10 @@ setup:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements-dev.txt
+$(VENV)/.installed: requirements-dev.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 lint: venv

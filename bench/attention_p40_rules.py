@@ -10,7 +10,7 @@
    peak memory. Prints one table. Times are this GPU's, not a P40's; the
    memory figures carry over.
 
-Usage: python3 bench/attention_p40_rules.py [--seq 256 512 1024] [--batch 8 32]
+Usage: python3 -m bench.attention_p40_rules [--seq 256 512 1024] [--batch 8 32]
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from typing import Callable, List, Tuple
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from p40_rules.guard import P40RuleViolation, P40RulesMode, Settings, apply_cuda_rules  # noqa: E402
+from verl_pascal.p40_rules.guard import P40RuleViolation, P40RulesMode, Settings, apply_cuda_rules  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 14, 2, 64
 

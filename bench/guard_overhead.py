@@ -6,7 +6,7 @@ TorchDispatchMode; this prints microseconds per op for small ops without and
 with the guard (judging "cuda", so nothing on the CPU is refused), which is
 the overhead a guarded run pays per op on top of its kernels.
 
-    python3 bench/guard_overhead.py [--ops 20000]
+    python3 -m bench.guard_overhead [--ops 20000]
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import time
 from typing import Callable, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import torch  # noqa: E402
 
-from p40_rules import guard  # noqa: E402
+from verl_pascal.p40_rules import guard  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """PPO on GSM8K under P40 rules, on any CUDA host (a real P40 included).
 
-Everything comes from the project: verl's sdist patched by bin/verl-patch,
+Everything comes from the project: verl's sdist patched by verl-patch,
 GSM8K-format problems turned into verl parquet by the project's converter, a
-random-weight Qwen2 made by tools/verl_pascal_models, and the launch script
+random-weight Qwen2 made by verl_pascal/models, and the launch script
 rendered from templates/verl-ppo.sh.j2. The run goes through
 `python -m verl.trainer.main_ppo` (actor, critic, reference, HF rollout, GAE,
 GSM8K rule reward) with the P40-rules guard active in every process
@@ -17,7 +17,7 @@ Prints one JSON line per run: steps completed, seconds per step, generated
 tokens per second, peak GPU memory per process, violations, and the error if
 the run failed. Times are the host GPU's; memory carries over to a P40.
 
-    python3 bench/ppo_p40_rules.py --verl-sdist verl-0.5.0.tar.gz --shape tiny --steps 3
+    python3 -m bench.ppo_p40_rules --verl-sdist verl-0.5.0.tar.gz --shape tiny --steps 3
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
 
 STEP_RE = re.compile(r"step:(\d+) - (.*)")
 
@@ -74,7 +73,7 @@ def restore_autocasts(src: str) -> None:
 
 
 def prepare_data(work: str, count: int) -> str:
-    from verl_pascal_data import generate, gsm8k
+    from verl_pascal.data import generate, gsm8k
 
     out = os.path.join(work, "data")
     for split, seed in (("train", 0), ("test", 1)):
@@ -84,7 +83,7 @@ def prepare_data(work: str, count: int) -> str:
 
 
 def prepare_model(work: str, shape: str) -> str:
-    from verl_pascal_models import make_model
+    from verl_pascal.models import make_model
 
     out = os.path.join(work, f"model-{shape}")
     if not os.path.isfile(os.path.join(out, "verl-pascal-model.json")):
@@ -93,7 +92,7 @@ def prepare_model(work: str, shape: str) -> str:
 
 
 def render_launch(work: str, data: str, model: str, args: argparse.Namespace) -> str:
-    from verl_pascal_launch import render
+    from verl_pascal.launch import render
 
     return render.write(os.path.join(work, "verl-ppo"), {
         "conda_env_prefix": os.path.dirname(os.path.dirname(sys.executable)),
@@ -130,7 +129,7 @@ def parse_steps(log: str) -> List[Dict[str, float]]:
 
 
 def summaries(report: str) -> Dict[str, Any]:
-    from p40_rules.guard import summaries_in, violations_in
+    from verl_pascal.p40_rules.guard import summaries_in, violations_in
 
     procs = [{k: round(s[k], 2) if isinstance(s[k], float) else s[k] for k in ("pid", "max_allocated_gib", "max_reserved_gib")}
              for s in summaries_in(report) if s.get("max_allocated_gib") is not None]
@@ -177,7 +176,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     shutil.rmtree(report, ignore_errors=True)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tools", "p40_rules", "site"), src,
+        "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "verl_pascal", "p40_rules", "site"), REPO, src,
                                        os.environ.get("PYTHONPATH", "")]),
         "P40_RULES": "1",
         "P40_RULES_MEMORY_GIB": str(args.memory_gib),
@@ -227,7 +226,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def own_peaks(peaks: Dict[str, int], report: str) -> Dict[str, int]:
     """nvidia-smi peaks of this run's processes (those that wrote a summary), when known."""
-    from p40_rules.guard import summaries_in
+    from verl_pascal.p40_rules.guard import summaries_in
 
     pids = {str(s["pid"]) for s in summaries_in(report)}
     return {pid: mib for pid, mib in peaks.items() if pid in pids} if pids else peaks
@@ -252,7 +251,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--control", action="store_true", help="restore verl's bf16 autocasts: the guard must fail the run")
     p.add_argument("--timeout", type=int, default=3000)
     p.add_argument("--override", action="append", default=[], help="extra Hydra override")
-    p.add_argument("--model-dir", default="", help="a model made by tools/verl_pascal_models (default: make one)")
+    p.add_argument("--model-dir", default="", help="a model made by verl_pascal/models (default: make one)")
     return p
 
 

@@ -10,7 +10,7 @@ GiB / 24 GiB: five on an H200), which puts a whole sweep into minutes. The
 to a P40; seconds do not, and when cells share a GPU they are slower still
 (the table says how many ran at once).
 
-    python3 bench/ppo_sweep.py --verl-sdist verl-0.5.0.tar.gz --shape qwen2.5-0.5b \\
+    python3 -m bench.ppo_sweep --verl-sdist verl-0.5.0.tar.gz --shape qwen2.5-0.5b \\
         --batches 1 8 32 64 --attn sdpa eager --offload on off --steps 2
 
 Prints one JSON line per cell as it finishes, then a Markdown table.
@@ -29,9 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import ppo_p40_rules  # noqa: E402
+from bench import ppo_p40_rules  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark bin/prefetch's mirror: bytes from outside for a fleet, resume versus restart.
+"""Benchmark verl-pascal-prefetch's mirror: bytes from outside for a fleet, resume versus restart.
 
 Prints numbers, asserts nothing. Everything is local: an "upstream" HTTP
 server (tests/prefetch_server.py) stands in for NVIDIA, GitHub and PyPI and
@@ -7,13 +7,13 @@ counts the bytes it serves.
 
 1. Fleet of N hosts (default 3), artifacts of SIZE, SIZE/4 and SIZE/8 bytes:
    - without a mirror every host downloads every artifact from upstream;
-   - with a mirror, bin/prefetch fills it once from upstream, then every host
+   - with a mirror, verl-pascal-prefetch fills it once from upstream, then every host
      downloads from a second server that serves the mirror directory.
 2. Filling the mirror with one SIZE file served at RATE bytes/s, interrupted
    at 50%: resumed (Range) versus restarted from zero (a server that ignores
    Range, which is what a tool without resume costs too).
 
-Run: .venv/bin/python bench/prefetch_bench.py [--size-mb 200] [--rate-mb 20] [--hosts 3]
+Run: .venv/bin/python -m bench.prefetch_bench [--size-mb 200] [--rate-mb 20] [--hosts 3]
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ from typing import Dict, List
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tools"))
-sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from prefetch_server import Upstream  # noqa: E402
-from verl_pascal_prefetch import cli  # noqa: E402
+from tests.prefetch_server import Upstream
+from verl_pascal.prefetch import cli
 
 MB = 1000 * 1000
 
@@ -53,7 +51,7 @@ def write_lock(path: Path, base_url: str, files: Dict[str, bytes]) -> Path:
 
 
 def prefetch(lock: Path, mirror: Path, *extra: str) -> float:
-    """Run bin/prefetch's main quietly; seconds it took."""
+    """Run verl-pascal-prefetch's main quietly; seconds it took."""
     start = time.monotonic()
     with redirect_stdout(io.StringIO()):
         code = cli.main(["--lock", str(lock), "--mirror", str(mirror), "--no-progress", "--backoff", "0.05", *extra])

@@ -17,8 +17,8 @@ description:
   - Older drivers (R470 and before) reject the C(compute_cap) field; the query is then re-run
     without it and the compute capability comes from a table of product names
     (RV(ansible_facts.nvidia_compute_cap_source) is then V(name_table)).
-  - Derives the build profile of the host from the lowest compute capability
-    (C(pascal), C(volta_turing), C(native), C(unsupported), C(none), C(unknown)),
+  - Derives the build profile of the host from the lowest compute capability and
+    O(profiles) (a profile's name, or C(unsupported), C(none), C(unknown)),
     whether bf16 is native, and whether the driver runs the requested CUDA toolkit.
   - Does not fail when there is no GPU, no driver or no nvidia-smi, or when the driver
     is too old; it reports that in the facts, for a later assert to word. It fails only
@@ -42,6 +42,13 @@ options:
       - Set to an empty string to skip the check (the fact is then V(null)).
     type: str
     default: "11.8"
+  profiles:
+    description:
+      - The rows of the GPU-profile table (verl_pascal/gpu_profiles.yml), by profile name.
+        The module reads each row's C(capability), V([lowest, highest]) compute capability,
+        both inclusive (a V(null) highest means "and newer"). Rows must not overlap.
+    type: dict
+    required: true
   timeout:
     description:
       - Seconds each nvidia-smi call may take. A hung driver or GPU makes nvidia-smi hang
@@ -67,9 +74,11 @@ requirements:
 EXAMPLES = r"""
 - name: Gather NVIDIA GPU facts
   nvidia_gpu_facts:
+    profiles: "{{ (lookup('ansible.builtin.file', 'verl_pascal/gpu_profiles.yml') | from_yaml).profiles }}"
 
 - name: Check the driver against CUDA 12.6, with nvidia-smi at a custom path
   nvidia_gpu_facts:
+    profiles: {pascal: {capability: ["6.0", "6.9"]}, native: {capability: ["7.0", null]}}
     nvidia_smi: /usr/local/nvidia/bin/nvidia-smi
     cuda_version: "12.6"
     timeout: 60
@@ -123,8 +132,9 @@ ansible_facts:
       sample: "6.1"
     nvidia_gpu_profile:
       description: >-
-        Build profile: V(pascal) (6.x), V(volta_turing) (7.x), V(native) (8.0+),
-        V(unsupported) (below 6.0), V(none) (no GPU), V(unknown) (GPU of unknown capability).
+        Build profile: the name of the O(profiles) row that covers the lowest compute
+        capability, V(unsupported) (no row covers it), V(none) (no GPU), V(unknown) (a GPU
+        of unknown capability).
       returned: always
       type: str
       sample: pascal
@@ -188,6 +198,7 @@ from ansible.module_utils.nvidia_gpu import (
     driver_supports_cuda,
     gather,
     no_driver_facts,
+    ranges_of_table,
     runner,
 )
 
@@ -198,6 +209,7 @@ def main():
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             cuda_version=dict(type="str", default="11.8"),
             timeout=dict(type="int", default=30),
+            profiles=dict(type="dict", required=True),
         ),
         supports_check_mode=True,
     )
@@ -206,6 +218,10 @@ def main():
     timeout = module.params["timeout"]
     if timeout < 1:
         module.fail_json(msg="timeout must be 1 second or more, not %d" % timeout)
+    try:
+        profiles = ranges_of_table(module.params["profiles"])
+    except ValueError as exc:
+        module.fail_json(msg="profiles: %s" % exc)
 
     if os.path.isabs(nvidia_smi):
         path = nvidia_smi if os.access(nvidia_smi, os.X_OK) else None
@@ -229,7 +245,7 @@ def main():
     for warning in facts.warnings:
         module.warn(warning)
 
-    result = facts.to_facts()
+    result = facts.to_facts(profiles)
     result["nvidia_driver_cuda_check"] = None
     if cuda_version:
         try:

@@ -24,7 +24,7 @@ description:
     (a journal in the tree, rolled forward by the next run, which also removes
     stray temporary files). In check mode an interrupted patch is reported
     (changed, with a warning), not scanned.
-  - The logic lives in C(module_utils/verl_patch.py), shared with C(bin/verl-patch).
+  - The logic lives in C(module_utils/verl_patch.py), shared with C(verl-patch).
   - C(torch.compile) of the entropy is not patched; set
     C(actor_rollout_ref.actor.use_torch_compile=False) instead.
 options:
@@ -35,11 +35,16 @@ options:
     required: true
   profile:
     description:
-      - C(pascal) (sm_6x) and C(volta_turing) (sm_7x) patch every site (fp32, no FlashAttention-2).
-      - C(native) changes nothing and fails on a tree that was patched.
+      - The GPU profile's name (a row of verl_pascal/gpu_profiles.yml), recorded in the tree.
     type: str
-    choices: [pascal, volta_turing, native]
     default: pascal
+  patch:
+    description:
+      - What the profile's row asks for. C(fp32) patches every site (fp32, no FlashAttention-2).
+      - C(none) changes nothing and fails on a tree that was patched.
+    type: str
+    choices: [fp32, none]
+    required: true
   attn:
     description: Attention implementation written where verl hard-codes FlashAttention-2.
     type: str
@@ -59,12 +64,14 @@ EXAMPLES = r"""
   verl_patch:
     source: /opt/verl-pascal/src/verl-0.5.0
     profile: pascal
+    patch: fp32
     attn: sdpa
   register: verl_patched
 
 - name: Show what a change of attention would do, without doing it
   verl_patch:
     source: /opt/verl-pascal/src/verl-0.5.0
+    patch: fp32
     attn: eager
   check_mode: true
   diff: true
@@ -118,7 +125,7 @@ interrupted:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.verl_patch import ATTN_CHOICES, PROFILES, VerlPatchError, patch_tree
+from ansible.module_utils.verl_patch import ATTN_CHOICES, PATCH_KINDS, VerlPatchError, patch_tree
 
 
 def _ship_compat_module() -> None:  # pragma: no cover - never called
@@ -134,7 +141,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "source": {"type": "path", "required": True},
-            "profile": {"type": "str", "choices": list(PROFILES), "default": "pascal"},
+            "profile": {"type": "str", "default": "pascal"},
+            "patch": {"type": "str", "choices": list(PATCH_KINDS), "required": True},
             "attn": {"type": "str", "choices": list(ATTN_CHOICES), "default": "sdpa"},
             "allow_unsupported": {"type": "bool", "default": False},
         },
@@ -142,7 +150,7 @@ def main() -> None:
     )
     p = module.params
     try:
-        plan = patch_tree(p["source"], p["profile"], p["attn"], module.check_mode, p["allow_unsupported"])
+        plan = patch_tree(p["source"], p["profile"], p["attn"], module.check_mode, p["allow_unsupported"], p["patch"])
     except (VerlPatchError, OSError) as exc:
         module.fail_json(msg=str(exc))
     data = plan.to_dict()

@@ -13,8 +13,8 @@ The flow:
   query; the query is then re-run without it and the compute capability is
   taken from a name table (:func:`capability_from_name`).
 * :func:`profile_for_capability` maps the lowest compute capability of the
-  host to the build profile the roles use (``pascal``, ``volta_turing``,
-  ``native``...).
+  host to the build profile the roles use, by the capability ranges of the
+  GPU-profile table (verl_pascal/gpu_profiles.yml), which the module is given.
 * :func:`driver_supports_cuda` tells whether the installed driver runs a given
   CUDA toolkit, fully or under CUDA minor-version compatibility.
 """
@@ -47,6 +47,8 @@ __all__ = [
     "parse_capability",
     "parse_driver_version",
     "parse_query_output",
+    "check_profile_ranges",
+    "ranges_of_table",
     "profile_for_capability",
     "run_with_timeout",
     "runner",
@@ -56,6 +58,8 @@ __all__ = [
 #: (typing.List/Tuple: this alias is evaluated at import on the managed host,
 #: which may run Python 3.8.)
 RunFn = Callable[[List[str]], Tuple[int, str, str]]
+#: The GPU-profile table's capability column: name -> [lowest, highest or None].
+ProfileRanges = Mapping[str, Sequence[Optional[str]]]
 
 #: Fields of the main query, in order.
 QUERY_FIELDS: tuple[str, ...] = (
@@ -169,8 +173,7 @@ class GpuFacts:
         """Lowest compute capability over all GPUs (see :func:`lowest_capability`)."""
         return lowest_capability(self.gpus)
 
-    @property
-    def profile(self) -> str:
+    def profile(self, ranges: ProfileRanges) -> str:
         """Build profile for the host (see :func:`profile_for_capability`).
 
         ``unknown`` when there are GPUs but the capability of one of them
@@ -179,22 +182,26 @@ class GpuFacts:
         cap = self.min_compute_cap
         if cap is None and self.gpus:
             return "unknown"
-        return profile_for_capability(cap)
+        return profile_for_capability(cap, ranges)
 
     @property
     def bf16(self) -> bool:
         """True when every GPU has native bf16 (see :func:`bf16_supported`)."""
         return bf16_supported(self.min_compute_cap)
 
-    def to_facts(self) -> dict[str, Any]:
-        """The ``ansible_facts`` dict the module returns (plain types only)."""
+    def to_facts(self, ranges: ProfileRanges) -> dict[str, Any]:
+        """The ``ansible_facts`` dict the module returns (plain types only).
+
+        ``ranges``: the GPU-profile table's capability ranges (see
+        :func:`profile_for_capability`).
+        """
         return {
             "nvidia_gpus": [asdict(gpu) for gpu in self.gpus],
             "nvidia_gpu_count": self.gpu_count,
             "nvidia_driver_version": self.driver_version,
             "nvidia_driver_found": self.driver_found,
             "nvidia_min_compute_cap": self.min_compute_cap,
-            "nvidia_gpu_profile": self.profile,
+            "nvidia_gpu_profile": self.profile(ranges),
             "nvidia_bf16_supported": self.bf16,
             "nvidia_compute_cap_source": self.compute_cap_source,
             "nvidia_smi_error": self.error,
@@ -434,28 +441,61 @@ def lowest_capability(gpus: Iterable[Gpu]) -> str | None:
     return min((cap for cap in caps if cap is not None), key=parse_capability)
 
 
-def profile_for_capability(cc: str | None) -> str:
+def ranges_of_table(rows: Mapping[str, Any]) -> ProfileRanges:
+    """The capability ranges of the GPU-profile table's rows, checked.
+
+    ``rows`` maps each profile name to its row (a dict with at least
+    ``capability``); raises ValueError naming what is wrong.
+    """
+    ranges: Dict[str, Sequence[Optional[str]]] = {}
+    for name, row in rows.items():
+        if not isinstance(row, Mapping) or "capability" not in row:
+            raise ValueError(f"profile {name}: a row needs a capability, got {row!r}")
+        ranges[name] = row["capability"]
+    check_profile_ranges(ranges)
+    return ranges
+
+
+def check_profile_ranges(ranges: ProfileRanges) -> None:
+    """Raise ValueError unless ``ranges`` is a valid capability table.
+
+    ``ranges`` maps a profile name to ``[lowest, highest]`` compute capability,
+    both inclusive; ``highest`` None means "and newer". Rows must not overlap.
+    """
+    if not ranges:
+        raise ValueError("the GPU-profile table has no profiles")
+    bounds = []
+    for name, row in ranges.items():
+        if not isinstance(row, (list, tuple)) or len(row) != 2 or row[0] is None:
+            raise ValueError(f"profile {name}: capability must be [lowest, highest or null], not {row!r}")
+        low = parse_capability(str(row[0]))
+        high = None if row[1] is None else parse_capability(str(row[1]))
+        if high is not None and high < low:
+            raise ValueError(f"profile {name}: capability {row[0]} is above {row[1]}")
+        bounds.append((low, high, name))
+    bounds.sort()
+    for (low_a, high_a, name_a), (low_b, _high_b, name_b) in zip(bounds, bounds[1:]):
+        if high_a is None or high_a >= low_b:
+            raise ValueError(f"profiles {name_a} and {name_b} overlap")
+
+
+def profile_for_capability(cc: str | None, ranges: ProfileRanges) -> str:
     """Build profile for the lowest compute capability of a host.
 
+    ``ranges`` is the capability column of the GPU-profile table
+    (verl_pascal/gpu_profiles.yml): profile name -> ``[lowest, highest]``,
+    inclusive, ``highest`` None for "and newer". Besides its names:
+
     * ``none``: no GPU (``cc`` is None);
-    * ``unsupported``: below 6.0 (Kepler, Maxwell). torch 2.6 cu118 still
-      ships sm_37/sm_50 kernels, but this project targets Pascal and newer
-      and tests nothing below;
-    * ``pascal``: 6.x (no bf16, no tensor cores, no Triton/Inductor,
-      no flash-attn: the patched fp32/sdpa path);
-    * ``volta_turing``: 7.x (fp16 tensor cores, still no bf16/flash-attn 2);
-    * ``native``: 8.0 and newer (bf16, flash-attn: upstream defaults).
+    * ``unsupported``: no row covers ``cc`` (below Pascal: Kepler, Maxwell).
     """
     if cc is None:
         return "none"
-    major, _minor = parse_capability(cc)
-    if major < 6:
-        return "unsupported"
-    if major == 6:
-        return "pascal"
-    if major == 7:
-        return "volta_turing"
-    return "native"
+    cap = parse_capability(cc)
+    for name, (low, high) in ranges.items():
+        if parse_capability(str(low)) <= cap and (high is None or cap <= parse_capability(str(high))):
+            return name
+    return "unsupported"
 
 
 def bf16_supported(cc: str | None) -> bool:

@@ -28,10 +28,12 @@ changes what "bf16" means for every caller), anything outside the ``verl``
 package (docs, tests, examples). ``torch.compile(entropy_from_logits)`` is not
 patched either: ``actor_rollout_ref.actor.use_torch_compile=False`` reaches it.
 
-Profiles: ``pascal`` (sm_6x) and ``volta_turing`` (sm_7x) both patch all three
-kinds: neither has FlashAttention-2 (it needs sm_80+); sm_7x has fast fp16 but
-verl's FSDP path has no loss scaler for fp16, so fp32 is the only safe choice
-there too. ``native`` changes nothing (Ampere and newer run verl as shipped).
+Patch kinds: the GPU-profile table gives each profile one. ``fp32`` (Pascal,
+sm_6x, and Volta/Turing, sm_7x) patches all three kinds of site: neither has
+FlashAttention-2 (it needs sm_80+); sm_7x has fast fp16 but verl's FSDP path
+has no loss scaler for fp16, so fp32 is the only safe choice there too.
+``none`` changes nothing (Ampere and newer run verl as shipped). The profile's
+name is recorded in the tree, not interpreted.
 
 Idempotent: a patched site is recognised by its form (the disabled autocast,
 the attention literal in a patched tree, the import inside our try/except) and
@@ -39,8 +41,8 @@ left alone, so a second run changes no byte. The tree records what was done:
 ``verl/_pascal_compat/__init__.py`` (profile and attention, installed with the
 package) and ``verl/.verl_pascal_patch.json`` (the manifest: every site changed,
 written by each run that changes something). Re-patching a patched tree with
-the other attention, or pascal <-> volta_turing, works; going back to
-``native`` is refused: reinstall verl from its sdist instead.
+the other attention, or for another fp32 profile, works; going back to a
+profile with patch ``none`` is refused: reinstall verl from its sdist instead.
 
 All rewritten files are compiled and re-scanned in memory before anything is
 written: a failed rewrite leaves the tree untouched. Writing is a transaction
@@ -83,9 +85,13 @@ PENDING = "pending"
 PATCHED = "patched"
 KEPT = "kept"
 
-PROFILES = ("pascal", "volta_turing", "native")
-FP32_PROFILES = ("pascal", "volta_turing")
+# What a profile's row in the GPU-profile table (verl_pascal/gpu_profiles.yml)
+# asks of the patcher: fp32 rewrites every site, none keeps verl as released.
+PATCH_FP32 = "fp32"
+PATCH_NONE = "none"
+PATCH_KINDS = (PATCH_FP32, PATCH_NONE)
 ATTN_CHOICES = ("sdpa", "eager")
+PROFILE_NAME = r"[a-z][a-z0-9_]*"
 FA2 = "flash_attention_2"
 
 PACKAGE = "verl"
@@ -125,7 +131,7 @@ ATTN_NAMES = ("attn_implementation", "_attn_implementation")
 #
 # Adding a release: download its sdist (pip download --no-deps --no-binary
 # :all: verl==X -d DIR) and unpack it; run
-#   bin/verl-patch --source DIR/verl-X --profile pascal --check --json --allow-unsupported
+#   verl-patch --source DIR/verl-X --profile pascal --check --json --allow-unsupported
 # read every site it lists against the source (and grep the tree for bfloat16,
 # flash_attention_2 and flash_attn to see what the scanner does not find);
 # paste the "table_entry" of that JSON here; then add the release to the test
@@ -241,6 +247,7 @@ class Plan:
     profile: str
     attn: str
     supported: bool
+    patch: str = PATCH_FP32
     sites: List[Site] = field(default_factory=list)
     changes: List[FileChange] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
@@ -296,6 +303,7 @@ class Plan:
             "verl_version": self.verl_version,
             "supported": self.supported,
             "profile": self.profile,
+            "patch": self.patch,
             "attn": self.attn,
             "engine_version": ENGINE_VERSION,
             "manifest": self.manifest_path,
@@ -796,7 +804,7 @@ def previous_patch(package_dir: str) -> Optional[Dict[str, str]]:
             value = str_const(node.value)
             if value is not None:
                 values[node.targets[0].id.lower()] = value
-    if values.get("profile") not in FP32_PROFILES or values.get("attn") not in ATTN_CHOICES:
+    if not re.fullmatch(PROFILE_NAME, values.get("profile", "")) or values.get("attn") not in ATTN_CHOICES:
         raise VerlPatchError("%s: unreadable patch marker; reinstall verl from its sdist" % path)
     return values
 
@@ -863,7 +871,7 @@ def check_required(version: str, sites: Sequence[Site]) -> None:
 def unsupported_message(version: str) -> str:
     return (
         "verl %s is not supported by verl_patch %s; supported: %s. To add it: unpack its sdist "
-        "(pip download --no-deps --no-binary :all: verl==%s), run bin/verl-patch --source DIR "
+        "(pip download --no-deps --no-binary :all: verl==%s), run verl-patch --source DIR "
         "--profile pascal --check --json --allow-unsupported, review every site it lists, and paste its "
         "table_entry into SUPPORTED_VERSIONS in module_utils/verl_patch.py"
         % (version, ENGINE_VERSION, ", ".join(sorted(SUPPORTED_VERSIONS)), version)
@@ -932,27 +940,31 @@ def read_manifest(path: str) -> Optional[Dict[str, object]]:
     return data if isinstance(data, dict) else None
 
 
-def check_choices(profile: str, attn: str) -> None:
-    if profile not in PROFILES:
-        raise VerlPatchError("unknown profile %r; choose one of %s" % (profile, ", ".join(PROFILES)))
+def check_choices(profile: str, attn: str, patch: str) -> None:
+    if not re.fullmatch(PROFILE_NAME, profile):
+        raise VerlPatchError("not a profile name: %r (lower-case letters, digits and _)" % profile)
+    if patch not in PATCH_KINDS:
+        raise VerlPatchError("unknown patch %r; choose one of %s" % (patch, ", ".join(PATCH_KINDS)))
     if attn not in ATTN_CHOICES:
         raise VerlPatchError("unknown attention %r; choose one of %s" % (attn, ", ".join(ATTN_CHOICES)))
 
 
-def make_plan(source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False) -> Plan:
+def make_plan(
+    source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False, patch: str = PATCH_FP32
+) -> Plan:
     """Find every site and compute every file change; writes nothing."""
-    check_choices(profile, attn)
+    check_choices(profile, attn, patch)
     root, package_dir = find_package_dir(source)
     version = read_verl_version(package_dir)
     previous = previous_patch(package_dir)
-    patching = profile in FP32_PROFILES
+    patching = patch == PATCH_FP32
     if not patching and previous is not None:
         raise VerlPatchError(
-            "%s is patched (profile %s); the native profile needs verl as released: reinstall it from its sdist"
-            % (package_dir, previous["profile"])
+            "%s is patched (profile %s); profile %s needs verl as released: reinstall it from its sdist"
+            % (package_dir, previous["profile"], profile)
         )
     supported = version in SUPPORTED_VERSIONS
-    plan = Plan(root, package_dir, version, profile, attn, supported)
+    plan = Plan(root, package_dir, version, profile, attn, supported, patch)
     if patching and not supported:
         if not allow_unsupported:
             raise UnsupportedVersionError(unsupported_message(version))
@@ -1204,13 +1216,13 @@ def apply_plan(plan: Plan) -> None:
         )
 
 
-def interrupted_plan(root: str, package_dir: str, profile: str, attn: str) -> Optional[Plan]:
+def interrupted_plan(root: str, package_dir: str, profile: str, attn: str, patch: str) -> Optional[Plan]:
     """Check mode on a tree with a journal: the files a run would still write; None without a journal."""
     entries = read_journal(package_dir)
     if entries is None:
         return None
     version = read_verl_version(package_dir)
-    plan = Plan(root, package_dir, version, profile, attn, version in SUPPORTED_VERSIONS)
+    plan = Plan(root, package_dir, version, profile, attn, version in SUPPORTED_VERSIONS, patch)
     plan.interrupted = journal_path(package_dir)
     for entry in unwritten_entries(package_dir, entries):
         path = _entry_path(package_dir, entry)
@@ -1221,25 +1233,30 @@ def interrupted_plan(root: str, package_dir: str, profile: str, attn: str) -> Op
 
 
 def patch_tree(
-    source: str, profile: str = "pascal", attn: str = "sdpa", check: bool = False, allow_unsupported: bool = False
+    source: str,
+    profile: str = "pascal",
+    attn: str = "sdpa",
+    check: bool = False,
+    allow_unsupported: bool = False,
+    patch: str = PATCH_FP32,
 ) -> Plan:
     """Plan and, unless ``check``, apply. The returned plan says what changed (or would change).
 
     A run first completes a patch that an earlier run left interrupted, so the plan is made on a
     consistent tree; check mode instead reports the interrupted patch (see ``interrupted_plan``).
     """
-    check_choices(profile, attn)
+    check_choices(profile, attn, patch)
     root, package_dir = find_package_dir(source)
     if check:
-        interrupted = interrupted_plan(root, package_dir, profile, attn)
+        interrupted = interrupted_plan(root, package_dir, profile, attn, patch)
         if interrupted is not None:
             return interrupted
-        plan = make_plan(source, profile, attn, allow_unsupported)
+        plan = make_plan(source, profile, attn, allow_unsupported, patch)
         plan.leftovers = find_leftovers(package_dir)
         return plan
     recovered = roll_forward(package_dir)
     leftovers = remove_leftovers(package_dir)
-    plan = make_plan(source, profile, attn, allow_unsupported)
+    plan = make_plan(source, profile, attn, allow_unsupported, patch)
     plan.recovered, plan.leftovers = recovered, leftovers
     if plan.changes:
         apply_plan(plan)

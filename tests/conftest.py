@@ -1,8 +1,9 @@
-"""pytest setup: make the repository root importable.
+"""Shared fixtures.
 
-Tests import the logic as ``from module_utils import NAME`` (for example
-``nvidia_gpu``): the same files Ansible ships to hosts as
-``ansible.module_utils.NAME``.
+pytest's ``pythonpath`` (pyproject.toml) puts the repository root and tests/
+on the path: tests import the logic as ``from module_utils import NAME`` (the
+same files Ansible ships to hosts as ``ansible.module_utils.NAME``) and the
+helpers in tests/ by name.
 """
 
 import os
@@ -18,8 +19,6 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 
 # --------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_missing_file_names_the_prefetch_command(box) -> None:
     (mirror / "demo.run").unlink()
     proc, _ = run(tmp_path, mirror, good)
     assert proc.returncode != 0
-    assert f"bin/prefetch --mirror {mirror} --only demo.run" in " ".join(proc.stdout.split())
+    assert f"verl-pascal-prefetch --mirror {mirror} --only demo.run" in " ".join(proc.stdout.split())
 
 
 def test_both_mirrors_set_is_refused(box) -> None:

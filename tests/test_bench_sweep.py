@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-
-import ppo_sweep  # noqa: E402
+from bench import ppo_sweep
 
 
 def test_the_plan_covers_every_cell_smallest_batch_first() -> None:

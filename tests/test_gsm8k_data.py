@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
 
-from verl_pascal_data import generate, gsm8k  # noqa: E402
+from verl_pascal.data import generate, gsm8k  # noqa: E402
 
 GSM8K_ROW = {
     "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -145,7 +144,7 @@ def test_a_failed_rename_removes_the_temp_files(tmp_path: Path, monkeypatch) -> 
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "bin" / "gsm8k-to-verl"), *args],
+    return subprocess.run([sys.executable, "-m", "verl_pascal.data.cli", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -169,7 +168,7 @@ def test_cli_from_local_jsonl_and_generated(tmp_path: Path) -> None:
 def test_cli_runs_as_a_module_the_way_the_launch_role_calls_it(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
-    proc = subprocess.run([sys.executable, "-m", "verl_pascal_data.cli", "--generate", "2", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "verl_pascal.data.cli", "--generate", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["train"]["rows"] == 2
@@ -275,7 +274,7 @@ def test_cli_failing_to_write_test_keeps_the_old_pair(tmp_path: Path) -> None:
 
 def test_cli_outputs_are_mode_0644(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
-    proc = subprocess.run(["sh", "-c", 'umask 022; exec "$@"', "sh", sys.executable, str(REPO / "bin" / "gsm8k-to-verl"),
+    proc = subprocess.run(["sh", "-c", 'umask 022; exec "$@"', "sh", sys.executable, "-m", "verl_pascal.data.cli",
                            "--generate", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert {p.name: _mode(p) for p in tmp_path.iterdir()} == {"train.parquet": 0o644, "test.parquet": 0o644}

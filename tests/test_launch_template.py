@@ -9,7 +9,6 @@ import pwd
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -17,9 +16,8 @@ from typing import Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
 
-from verl_pascal_launch import render as launch_render  # noqa: E402
+from verl_pascal.launch import render as launch_render  # noqa: E402
 
 PLACEBOS = ("TRITON_MAX_SHARED_MEMORY", "VLLM_DTYPE", "VLLM_NO_LONG_CTX_OPTIMIZATION", "cpu_offload", "offload_params")
 

@@ -30,10 +30,15 @@ from module_utils.nvidia_gpu import (
     parse_driver_version,
     parse_query_output,
     profile_for_capability,
+    ranges_of_table,
 )
+from verl_pascal import profiles
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "nvidia-smi"
+# The GPU-profile table's rows and capability ranges, as preflight passes them.
+ROWS = profiles.rows()
+RANGES = ranges_of_table(ROWS)
 
 Response = Tuple[int, str, str]
 
@@ -101,7 +106,7 @@ def test_gather_recorded(
     assert facts.error is None
     assert facts.gpu_count == count
     assert facts.min_compute_cap == min_cap
-    assert facts.profile == profile
+    assert facts.profile(RANGES) == profile
     assert facts.bf16 is bf16
     assert facts.driver_version == driver
     assert facts.compute_cap_source == "nvidia-smi"
@@ -141,7 +146,7 @@ def test_gather_old_driver_falls_back_to_name_table() -> None:
     assert facts.compute_cap_source == "name_table"
     assert facts.driver_found is True
     assert facts.gpus == (Gpu(0, "Tesla P40", "6.1", "470.256.02", 24451, 24306),)
-    assert facts.profile == "pascal"
+    assert facts.profile(RANGES) == "pascal"
     assert facts.warnings == ()
 
     check = driver_supports_cuda(facts.driver_version, "11.8")
@@ -158,7 +163,7 @@ def test_gather_old_driver_unknown_name_warns() -> None:
 
     assert facts.gpus[0].compute_cap is None
     assert facts.min_compute_cap is None
-    assert facts.profile == "unknown"
+    assert facts.profile(RANGES) == "unknown"
     assert facts.bf16 is False
     assert len(facts.warnings) == 1
     assert "NVIDIA Fictional X1" in facts.warnings[0]
@@ -178,7 +183,7 @@ def test_gather_no_driver() -> None:
     assert facts.driver_found is False
     assert facts.gpu_count == 0
     assert facts.driver_version is None
-    assert facts.profile == "none"
+    assert facts.profile(RANGES) == "none"
     assert facts.compute_cap_source is None
     assert facts.error is not None
     assert "couldn't communicate with the NVIDIA driver" in facts.error
@@ -191,7 +196,7 @@ def test_gather_no_devices() -> None:
     )
     assert facts.driver_found is True
     assert facts.gpu_count == 0
-    assert facts.profile == "none"
+    assert facts.profile(RANGES) == "none"
     assert facts.error == "No devices were found"
 
 
@@ -223,7 +228,7 @@ def test_gather_garbage_raises_with_line() -> None:
 
 def test_to_facts_names_and_types() -> None:
     facts = gather(FakeSmi(full=(0, recorded("mixed-p40-t4.csv"), "")), "nvidia-smi")
-    result = facts.to_facts()
+    result = facts.to_facts(RANGES)
 
     assert json.loads(json.dumps(result)) == result  # plain JSON types only
     assert set(result) == {
@@ -399,30 +404,9 @@ def test_lowest_capability(
     assert lowest_capability(_gpus(*caps)) == lowest
 
 
-@pytest.mark.parametrize(
-    ("cap", "profile"),
-    [
-        (None, "none"),
-        ("3.7", "unsupported"),
-        ("5.2", "unsupported"),
-        ("6.0", "pascal"),
-        ("6.1", "pascal"),
-        ("7.0", "volta_turing"),
-        ("7.5", "volta_turing"),
-        ("8.0", "native"),
-        ("8.6", "native"),
-        ("9.0", "native"),
-        ("10.0", "native"),
-        ("12.0", "native"),
-    ],
-)
-def test_profile_for_capability(cap: Optional[str], profile: str) -> None:
-    assert profile_for_capability(cap) == profile
-
-
 def test_profile_rejects_bad_capability() -> None:
     with pytest.raises(ValueError):
-        profile_for_capability("sm_61")
+        profile_for_capability("sm_61", RANGES)
 
 
 @pytest.mark.parametrize(
@@ -577,7 +561,8 @@ def _fake_smi(tmp_path: Path, full: Tuple[int, str], fallback: Tuple[int, str]) 
 
 def _run_module(tmp_path: Path, args: str) -> Dict[str, Any]:
     """Run nvidia_gpu_facts on localhost; return the host's result dict."""
-    return run_ansible_module(tmp_path, "nvidia_gpu_facts", args, timeout=120)
+    table = json.dumps(ROWS)
+    return run_ansible_module(tmp_path, "nvidia_gpu_facts", f"{args} profiles='{table}'", timeout=120)
 
 
 @needs_ansible
@@ -682,7 +667,8 @@ def test_module_documentation_renders() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)["nvidia_gpu_facts"]
-    assert set(parsed["doc"]["options"]) == {"nvidia_smi", "cuda_version", "timeout"}
+    assert set(parsed["doc"]["options"]) == {"nvidia_smi", "cuda_version", "timeout", "profiles"}
+    assert parsed["doc"]["options"]["profiles"]["required"] is True
     assert parsed["doc"]["options"]["timeout"]["default"] == 30
     assert "nvidia_gpu_profile" in parsed["return"]["ansible_facts"]["contains"]
 
@@ -721,7 +707,7 @@ def test_the_timed_runner_returns_what_nvidia_smi_printed(tmp_path: Path) -> Non
     smi.chmod(0o755)
     rc, out, err = nvidia_gpu.run_with_timeout([str(smi)], 30)
     assert (rc, out, err.strip()) == (0, recorded("p40.csv"), "warning")
-    assert gather(nvidia_gpu.runner(30), str(smi)).profile == "pascal"
+    assert gather(nvidia_gpu.runner(30), str(smi)).profile(RANGES) == "pascal"
 
 
 def test_the_timed_runner_reports_a_missing_binary_as_no_driver(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the guard needs torch (make venv installs a CPU build)")
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
 
-from p40_rules import guard  # noqa: E402
+from verl_pascal.p40_rules import guard  # noqa: E402
+
+# The guard's site folder first (its sitecustomize), then the package itself.
+GUARD_PYTHONPATH = os.pathsep.join([str(REPO / "verl_pascal" / "p40_rules" / "site"), str(REPO)])
 
 
 def cpu_mode(**kw) -> guard.P40RulesMode:
@@ -109,7 +111,7 @@ def test_sitecustomize_guards_every_thread_of_a_new_process(tmp_path: Path) -> N
     )
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"),
+        "PYTHONPATH": GUARD_PYTHONPATH,
         "P40_RULES": "1",
         "P40_RULES_DEVICES": "cpu",
         "P40_RULES_REPORT_DIR": str(tmp_path),
@@ -125,7 +127,7 @@ def test_sitecustomize_guards_every_thread_of_a_new_process(tmp_path: Path) -> N
 
 
 def test_without_the_switch_nothing_is_guarded(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"), "P40_RULES_DEVICES": "cpu"}
+    env = {**os.environ, "PYTHONPATH": GUARD_PYTHONPATH, "P40_RULES_DEVICES": "cpu"}
     env.pop("P40_RULES", None)
     proc = subprocess.run([sys.executable, "-c", "import torch; torch.ones(2, dtype=torch.bfloat16) * 2"],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -157,7 +159,7 @@ def test_a_worker_killed_without_atexit_still_leaves_its_summary(tmp_path: Path)
     script = "import os, time, torch\ntorch.ones(2) * 2\ntime.sleep(1.5)\nos._exit(0)\n"
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO / "tools" / "p40_rules" / "site"),
+        "PYTHONPATH": GUARD_PYTHONPATH,
         "P40_RULES": "1",
         "P40_RULES_DEVICES": "cpu",
         "P40_RULES_GUARD": "0",

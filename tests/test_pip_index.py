@@ -14,7 +14,6 @@ import pytest
 
 from module_utils import pip_index as pi
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import ANSIBLE, run_ansible_module  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402

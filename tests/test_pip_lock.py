@@ -1,4 +1,4 @@
-"""bin/pip-lock: a pip installation report turned into a lock whose every pin carries sha256 lines."""
+"""verl-pascal-pip-lock: a pip installation report turned into a lock whose every pin carries sha256 lines."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from typing import Any, Dict
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from verl_pascal_prefetch import hashlock  # noqa: E402
+from verl_pascal.prefetch import hashlock  # noqa: E402
 
 
 def item(name: str, version: str, url: str, requested: bool = False, **archive: Any) -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""bin/prefetch: lock reading, artifact discovery, and downloads against a local server."""
+"""verl-pascal-prefetch: lock reading, artifact discovery, and downloads against a local server."""
 
 from __future__ import annotations
 
@@ -24,13 +24,11 @@ from typing import Dict, List, Tuple
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tools"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hostile_sdist import hostile_sdist  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402
-from verl_pascal_prefetch import artifacts, cli, pipwheels  # noqa: E402
-from verl_pascal_prefetch.lock import Lock, LockError, parse_overrides  # noqa: E402
+from verl_pascal.prefetch import artifacts, cli, pipwheels  # noqa: E402
+from verl_pascal.prefetch.lock import Lock, LockError, parse_overrides  # noqa: E402
 
 CHUNK = 16 * 1024  # --chunk-size 16 (KiB): small, so a drop lands on a chunk boundary
 
@@ -455,7 +453,7 @@ def test_damaged_manifest_says_what_to_do(env, capsys: pytest.CaptureFixture, te
         code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST, *mode)
         assert code == 2, err
         assert f"{mirror / 'manifest.json'} is damaged: {problem}" in err
-        assert "delete it and SHA256SUMS beside it, then run bin/prefetch --mirror" in err
+        assert "delete it and SHA256SUMS beside it, then run verl-pascal-prefetch --mirror" in err
         assert "Traceback" not in err
     assert server.log == []  # stopped before any download
     (mirror / "manifest.json").unlink()  # what the message says: the next run records the mirror again
@@ -493,7 +491,7 @@ def test_ctrl_c_stops_within_seconds_records_what_finished_and_resumes(tmp_path:
     with Upstream(files, {"slow.bin": {"rate": 256 * 1024}}) as server:  # 32 s for the whole file
         lock = write_lock(tmp_path / "lock.yml", server, files)
         mirror = tmp_path / "m"
-        proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "bin" / "prefetch"), "--lock", str(lock),
+        proc = subprocess.Popen([sys.executable, "-m", "verl_pascal.prefetch.cli", "--lock", str(lock),
                                  "--mirror", str(mirror), "--no-progress", "--jobs", "2", "--timeout", "30"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stderr = Lines(proc.stderr)
@@ -724,7 +722,7 @@ def test_hostile_sdist_is_refused_before_anything_opens_it(tmp_path: Path, page_
         # The index comes from pip's own configuration (PIP_INDEX_URL here); build isolation is off, so
         # that a tool that let pip prepare the sdist would run its setup.py with this Python's setuptools.
         env = clean_pip_env(PIP_INDEX_URL=f"{server.url}/simple/", PIP_NO_BUILD_ISOLATION="0")
-        proc = subprocess.run([sys.executable, str(REPO_ROOT / "bin" / "prefetch"), "--mirror", str(mirror),
+        proc = subprocess.run([sys.executable, "-m", "verl_pascal.prefetch.cli", "--mirror", str(mirror),
                                "--only", "verl-0.5.0.tar.gz", "--no-progress", "--retries", "0", "--timeout", "10"],
                               env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stderr

@@ -140,7 +140,7 @@ def test_a_missing_torch_lock_stops_the_play_before_the_gpus_are_even_read(tmp_p
     proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")),
                                 torch_locks=tmp_path / "empty")
     assert proc.returncode != 0 and not facts
-    assert "No hashed lock for torch" in proc.stdout and "bin/pip-lock" in proc.stdout
+    assert "No hashed lock for torch" in proc.stdout and "verl-pascal-pip-lock" in proc.stdout
     assert "Read the NVIDIA GPUs" not in proc.stdout
 
 
@@ -281,7 +281,7 @@ def test_mirror_dir_lacking_files_names_them_and_the_prefetch_command(tmp_path: 
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
     assert "lacks apex-24.04.01.tar.gz, verl-0.5.0.tar.gz" in out
-    assert f"bin/prefetch --mirror {mirror} --only apex-24.04.01.tar.gz verl-0.5.0.tar.gz" in out
+    assert f"verl-pascal-prefetch --mirror {mirror} --only apex-24.04.01.tar.gz verl-0.5.0.tar.gz" in out
     assert "Read the NVIDIA GPUs" not in proc.stdout
 
 

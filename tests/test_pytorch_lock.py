@@ -4,7 +4,7 @@ Run for real by ansible-playbook against this machine: the env is a venv, the
 index a PEP 503 folder, and "torch" a STAND-IN wheel built here (a module with
 ``__version__`` and ``version.cuda = None``, as a CPU build has), because the
 real wheel is gigabytes and PyTorch's index is out of reach. The lock is written
-by bin/pip-lock from that index, as a user writes the real one. Then the index
+by verl-pascal-pip-lock from that index, as a user writes the real one. Then the index
 serves another file under the same name and version, as a compromised mirror
 would, and the role must stop on the sha256 before pip installs anything.
 """
@@ -151,7 +151,7 @@ def test_without_a_lock_the_role_stops_before_installing(tmp_path: Path, env: Pa
     proc = run_role(tmp_path, env, index, tmp_path / "no-locks")
     assert proc.returncode != 0
     assert f"No hashed lock for torch {VERSION} on Python {PYTHON_MINOR}" in proc.stdout, proc.stdout
-    assert "bin/pip-lock" in proc.stdout and "pytorch_allow_unhashed" in proc.stdout
+    assert "verl-pascal-pip-lock" in proc.stdout and "pytorch_allow_unhashed" in proc.stdout
     assert installed_torch(env) == ""
 
 

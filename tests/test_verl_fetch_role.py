@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hostile_sdist import hostile_sdist  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402

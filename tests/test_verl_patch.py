@@ -1,4 +1,4 @@
-"""Tests for module_utils/verl_patch.py, bin/verl-patch and library/verl_patch.py.
+"""Tests for module_utils/verl_patch.py, verl-patch and library/verl_patch.py.
 
 Two kinds of input:
 
@@ -46,7 +46,8 @@ from module_utils.verl_patch import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CLI = REPO_ROOT / "bin" / "verl-patch"
+# The verl-patch command, as its console script runs it.
+CLI = [sys.executable, "-m", "verl_pascal.patch_cli"]
 DATA = Path(__file__).resolve().parent / "data" / "verl_patch"
 SYNTHETIC = DATA / "synthetic"
 EXPECTED = DATA / "expected"
@@ -119,7 +120,7 @@ def snapshot(root: Path) -> Dict[str, Tuple[int, bytes]]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(CLI)] + list(args), capture_output=True, text=True, timeout=300)
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=300)
 
 
 def by_kind(sites: List[verl_patch.Site], state: Optional[str] = None) -> Dict[str, int]:
@@ -343,7 +344,7 @@ def test_cli_closed_stdout_exits_quietly(real_tree: Path) -> None:
         os.close(read_end)  # head -1 has read its line and exited
         try:
             proc = subprocess.run(
-                [sys.executable, str(CLI), "--source", str(real_tree), "--profile", "pascal", "--diff", *extra],
+                [*CLI, "--source", str(real_tree), "--profile", "pascal", "--diff", *extra],
                 stdout=write_end,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -425,7 +426,7 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     assert sum(1 for s in manifest["sites"] if s["after"] == '"eager"') == 6
     assert not patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True).changes
     with pytest.raises(VerlPatchError, match="reinstall"):
-        make_plan(str(synthetic), "native")
+        make_plan(str(synthetic), "native", patch="none")
 
 
 def test_check_mode_plan_writes_nothing_and_diff_is_unified(synthetic: Path) -> None:
@@ -546,7 +547,7 @@ def test_engine_is_stdlib_only_and_python38_compatible() -> None:
             assert {a.name.split(".")[0] for a in node.names} <= stdlib
         elif isinstance(node, ast.ImportFrom):
             assert (node.module or "").split(".")[0] in stdlib
-    ast.parse((REPO_ROOT / "bin/verl-patch").read_text(), feature_version=(3, 8))
+    ast.parse((REPO_ROOT / "verl_pascal" / "patch_cli.py").read_text(), feature_version=(3, 8))
 
 
 def test_table_lists_the_release_files() -> None:
@@ -564,7 +565,8 @@ def test_table_lists_the_release_files() -> None:
 
 
 def run_module(tmp_path: Path, args: str, *flags: str) -> Dict[str, Any]:
-    return run_ansible_module(tmp_path, "verl_patch", args, *flags)
+    """The module with the patch kind the roles pass for pascal (its row of the GPU-profile table)."""
+    return run_ansible_module(tmp_path, "verl_patch", f"{args} patch=fp32", *flags)
 
 
 @pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")

@@ -1,4 +1,4 @@
-"""bin/verl-patch killed for real (SIGKILL) at every file-system write, then run again.
+"""verl-patch killed for real (SIGKILL) at every file-system write, then run again.
 
 The engine's test hook (``VERL_PATCH_FAULT_AT_WRITE=N``, read by
 module_utils/verl_patch.py) makes the process SIGKILL itself at its Nth write
@@ -23,7 +23,8 @@ from conftest import ANSIBLE, run_ansible_module
 from module_utils import verl_patch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CLI = REPO_ROOT / "bin" / "verl-patch"
+# The verl-patch command, as its console script runs it.
+CLI = [sys.executable, "-m", "verl_pascal.patch_cli"]
 VERSION = "0.5.0"
 JOURNAL = "verl/" + verl_patch.JOURNAL_NAME
 KILLED = -signal.SIGKILL
@@ -33,7 +34,7 @@ def run_cli(tree: Path, *args: str, fault_at: Optional[int] = None) -> subproces
     env = {k: v for k, v in os.environ.items() if k != verl_patch.FAULT_ENV}
     if fault_at is not None:
         env[verl_patch.FAULT_ENV] = str(fault_at)
-    cmd = [sys.executable, str(CLI), "--source", str(tree), "--profile", "pascal"] + list(args)
+    cmd = [*CLI, "--source", str(tree), "--profile", "pascal"] + list(args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -228,16 +229,16 @@ def test_module_reports_then_completes_an_interrupted_patch(
 ) -> None:
     tree = _killed_half_way(pristine, reference, tmp_path / "tree")
     before = tree_files(tree)
-    checked = run_ansible_module(tmp_path, "verl_patch", "source=%s" % tree, "--check", "--diff")
+    checked = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree, "--check", "--diff")
     assert checked.get("failed") is not True, checked
     assert checked["changed"] is True and checked["interrupted"].endswith(JOURNAL)
     assert any("interrupted patch is pending" in w for w in checked.get("warnings", [])), checked
     assert "verl/.verl_pascal_patch.json" in checked["files_changed"] and checked["diff"]
     assert tree_files(tree) == before, "check mode wrote something"
 
-    applied = run_ansible_module(tmp_path, "verl_patch", "source=%s" % tree)
+    applied = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree)
     assert applied.get("failed") is not True, applied
     assert applied["changed"] is True and "verl/.verl_pascal_patch.json" in applied["recovered"]
     assert tree_files(tree) == reference and stray_files(tree) == []
-    again = run_ansible_module(tmp_path, "verl_patch", "source=%s" % tree)
+    again = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree)
     assert again["changed"] is False and again["recovered"] == []

@@ -96,5 +96,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``gsm8k-to-verl`` command."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -73,7 +73,7 @@ def read_manifest(mirror: Path) -> Dict[str, Dict[str, Any]]:
     if problem:
         raise ManifestError(
             f"{path} is damaged: {problem}. It is the mirror's record of its files; delete it and "
-            f"{SHA256SUMS} beside it, then run bin/prefetch --mirror {mirror} again (with the options that filled "
+            f"{SHA256SUMS} beside it, then run verl-pascal-prefetch --mirror {mirror} again (with the options that filled "
             "the mirror): files already there with the lock's sha256 are checked and recorded again, "
             "not downloaded again")
     return {entry["name"]: entry for entry in data["files"]}

@@ -1,4 +1,4 @@
-"""bin/pip-lock: resolve requirements into a complete lock whose every pin carries its file's sha256.
+"""verl-pascal-pip-lock: resolve requirements into a complete lock whose every pin carries its file's sha256.
 
 pip's resolver does the work, for the target environment rather than the
 controller's: ``pip install --dry-run --ignore-installed --only-binary=:all:
@@ -12,7 +12,7 @@ whichever file suits it. The lock lists each as ``name==version
 ``pip install --require-hashes -r LOCK``, so an index or mirror that serves
 another file under the same version is refused before pip opens it.
 
-    bin/pip-lock --python-version 3.10 --index-url URL -o LOCK REQUIREMENT...
+    verl-pascal-pip-lock --python-version 3.10 --index-url URL -o LOCK REQUIREMENT...
 
 Exit status: 0 written; 1 pip could not resolve, or a file has no sha256;
 2 bad usage.
@@ -131,7 +131,7 @@ def resolve(requirements: Sequence[str], python_version: str, platforms: Sequenc
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pip-lock", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="verl-pascal-pip-lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("requirements", nargs="+", metavar="REQUIREMENT",
                         help="requirement specifiers, e.g. torch==2.6.0+cu118 (or -r FILE as 2 words: use @FILE)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the lock to write")
@@ -180,3 +180,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
 
 def main() -> None:
     sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,7 @@ GSM8K-format text, with Qwen's chat special tokens and a ChatML chat template
 (verl applies the chat template to every prompt). Its ids stay below the
 model's vocabulary size. Weights are saved in fp32 (safetensors).
 
-    python -m verl_pascal_models.make_model --shape tiny --out /tmp/tiny-qwen2
+    python -m verl_pascal.models.make_model --shape tiny --out /tmp/tiny-qwen2
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CHAT_TEMPLATE = (
 
 
 def corpus(count: int, seed: int) -> List[str]:
-    from verl_pascal_data import generate
+    from verl_pascal.data import generate
 
     rows = generate.problems(count, seed=seed)
     return [r["question"] + "\n" + r["answer"] for r in rows] + ["Let's think step by step and output the final answer after \"####\"."]

@@ -1,6 +1,6 @@
 """verl-pascal prefetch: fill an offline artifact mirror from the version lock.
 
-Controller-side tooling (not an Ansible module); ``bin/prefetch`` is its
+Controller-side tooling (not an Ansible module); ``verl-pascal-prefetch`` is its
 command line. The modules:
 
 - ``lock``: read the lock the playbook reads (inventory/group_vars/all/*.yml),

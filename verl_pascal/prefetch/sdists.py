@@ -17,30 +17,15 @@ files and ``PIP_INDEX_URL`` count), then each extra index (pip's
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 import threading
-from types import ModuleType
 from typing import List, Optional, Sequence
 
+from verl_pascal.module_utils import pip_index
+
 from .artifacts import Artifact, sdist_requirement
-from .lock import REPO_ROOT
 
 
-def _load_pip_index() -> ModuleType:
-    """module_utils/pip_index.py (shipped to hosts by Ansible; standard library only)."""
-    name = "verl_pascal_prefetch._pip_index"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "module_utils" / "pip_index.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pip_index = _load_pip_index()
 PipIndexError = pip_index.PipIndexError
 
 

@@ -1,4 +1,4 @@
-"""bin/prefetch: fill, list or verify an offline mirror of the stack's artifacts.
+"""verl-pascal-prefetch: fill, list or verify an offline mirror of the stack's artifacts.
 
 Exit status: 0 everything is in the mirror and verified; 1 a file failed
 (download, sha256, no space left on the disk) or --verify found a problem;
@@ -32,7 +32,7 @@ STOP_GRACE = 5.0  # seconds the downloads get to stop after Ctrl-C
 def build_parser() -> argparse.ArgumentParser:
     default_lock = ", ".join(str(p.relative_to(REPO_ROOT)) for p in DEFAULT_LOCK_PATHS)
     parser = argparse.ArgumentParser(
-        prog="prefetch",
+        prog="verl-pascal-prefetch",
         description="Download every artifact the version lock pins into a mirror directory "
         "(resumable, retried, sha256-checked), or --list / --verify it.",
         epilog=__doc__.split("\n\n", 1)[1],
@@ -349,10 +349,14 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    """bin/prefetch: exit with main()'s status; downloads that ignored Ctrl-C do not hold the exit."""
+    """verl-pascal-prefetch: exit with main()'s status; downloads that ignored Ctrl-C do not hold the exit."""
     code = main()
     if any(t.name.startswith("prefetch-") and t.is_alive() for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,129 @@
+"""The GPU-profile table (verl_pascal/gpu_profiles.yml) and every consumer of it.
+
+The table is the one place that says what a GPU generation gets; these tests
+fail when a consumer lists profiles, rollouts or overrides of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import yaml
+
+from module_utils import nvidia_gpu, verl_patch
+from verl_pascal import profiles
+from verl_pascal.launch import render
+
+REPO = Path(__file__).resolve().parent.parent
+ROWS = profiles.rows()
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def spec_option(role: str, name: str) -> Dict[str, Any]:
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    return specs["argument_specs"]["main"]["options"][name]
+
+
+def test_rows_are_complete_and_do_not_overlap() -> None:
+    nvidia_gpu.ranges_of_table(ROWS)  # raises on overlap or a bad range
+    for name, row in ROWS.items():
+        assert row["patch"] in verl_patch.PATCH_KINDS, name
+        assert row["rollouts"] and all(isinstance(r, str) for r in row["rollouts"]), name
+        assert all(isinstance(o, str) and "=" in o for o in row["overrides"]), name
+
+
+@pytest.mark.parametrize(("cap", "profile"), [
+    (None, "none"), ("5.2", "unsupported"), ("6.0", "pascal"), ("6.1", "pascal"), ("7.0", "volta_turing"),
+    ("7.5", "volta_turing"), ("8.0", "native"), ("8.9", "native"), ("9.0", "native"), ("12.0", "native"),
+])
+def test_the_facts_module_places_real_gpus_by_the_table(cap: Any, profile: str) -> None:
+    assert nvidia_gpu.profile_for_capability(cap, nvidia_gpu.ranges_of_table(ROWS)) == profile
+
+
+def test_a_new_row_is_all_it_takes_to_add_a_profile() -> None:
+    rows = {**ROWS, "blackwell_fp4": {**ROWS["native"], "capability": ["10.0", None]}}
+    rows["native"] = {**ROWS["native"], "capability": ["8.0", "9.9"]}
+    ranges = nvidia_gpu.ranges_of_table(rows)
+    assert nvidia_gpu.profile_for_capability("10.0", ranges) == "blackwell_fp4"
+    assert nvidia_gpu.profile_for_capability("9.0", ranges) == "native"
+
+
+@pytest.mark.parametrize("rows", [
+    {"a": {"capability": ["6.0", "7.5"]}, "b": {"capability": ["7.0", None]}},
+    {"a": {"capability": ["6.0", None]}, "b": {"capability": ["9.0", None]}},
+    {"a": {"capability": ["7.0", "6.0"]}},
+    {"a": {"patch": "fp32"}},
+    {},
+])
+def test_a_broken_table_is_refused(rows: Dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        nvidia_gpu.ranges_of_table(rows)
+
+
+def test_argument_specs_allow_exactly_the_tables_names() -> None:
+    assert spec_option("preflight", "preflight_profile")["choices"] == ["auto", *ROWS]
+    assert spec_option("verl", "verl_profile")["choices"] == list(ROWS)
+    every_rollout = sorted({r for row in ROWS.values() for r in row["rollouts"]})
+    assert sorted(spec_option("launch", "launch_rollout")["choices"]) == every_rollout
+
+
+def test_the_patcher_patches_what_the_table_says() -> None:
+    """verl-patch takes the patch kind from the table: fp32 rows patch, none rows keep verl as released."""
+    from verl_pascal import patch_cli
+
+    assert patch_cli.parse_args(["--source", "x", "--profile", "pascal"]).profile == "pascal"
+    with pytest.raises(SystemExit):
+        patch_cli.parse_args(["--source", "x", "--profile", "kepler"])
+    assert {row["patch"] for row in ROWS.values()} == set(verl_patch.PATCH_KINDS)
+
+
+def launch_overrides(profile: str, tmp_path: Path) -> List[str]:
+    """The Hydra overrides the rendered launch script passes (its --dry-run)."""
+    script = render.write(str(tmp_path / f"verl-ppo-{profile}"), {"launch_profile": profile})
+    proc = subprocess.run([script, "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout)[3:]  # after python -m verl.trainer.main_ppo
+
+
+def verl_check_overrides(profile: str, tmp_path: Path) -> List[str]:
+    """The overrides the verl role's pre-activation check composes, as Ansible evaluates them."""
+    book = tmp_path / "check.yml"
+    book.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [
+            {"ansible.builtin.include_vars": str(REPO / "roles/verl/defaults/main.yml")},
+            {"ansible.builtin.include_vars": str(REPO / "roles/verl/vars/main.yml")},
+            {"ansible.builtin.copy": {"content": "{{ verl_check_overrides | to_json }}", "dest": str(tmp_path / "o")}},
+        ],
+    }]))
+    env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(book),
+                           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+                           "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((tmp_path / "o").read_text())
+
+
+@pytest.mark.parametrize("profile", list(ROWS))
+def test_the_verl_check_composes_what_the_launch_script_runs(profile: str, tmp_path: Path) -> None:
+    """The check before a release goes active composes the overrides the launch script will run with:
+    the profile's rollout and overrides, and every setting the script passes (only the data and model
+    paths are placeholders)."""
+    launch = launch_overrides(profile, tmp_path)
+    check = verl_check_overrides(profile, tmp_path)
+    row = ROWS[profile]
+    profile_part = [f"actor_rollout_ref.rollout.name={row['rollouts'][0]}", *row["overrides"]]
+    assert [o for o in launch if o in profile_part] == profile_part
+    assert [o for o in check if o in profile_part] == profile_part
+    placeholders = [o for o in check if "/nonexistent/" in o]
+    assert len(placeholders) == 4
+    assert sorted(set(check) - set(placeholders) - set(launch)) == []

@@ -1,0 +1,94 @@
+"""Render the launch script template outside Ansible, from the same files.
+
+Ansible renders templates/verl-ppo.sh.j2 on real boxes (the launch role);
+benchmarks on a GPU host and the template's tests render the same file here,
+with `quote` (shlex.quote, as Ansible's) and `bool` (Ansible's truthiness).
+The values come from where the role takes them: the launch role's
+defaults/main.yml, the site settings in inventory/group_vars/all/, the
+GPU-profile table, and the batch-size preset for the GPU's memory. Only what
+preflight's GPU facts give a box is stated here (OUTSIDE_ANSIBLE).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Dict, Mapping
+
+import jinja2
+
+from verl_pascal import profiles
+from verl_pascal.prefetch.lock import Lock, LockError, load_lock, load_lock_file
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")
+LAUNCH_DEFAULTS = REPO / "roles" / "launch" / "defaults" / "main.yml"
+SETTINGS = REPO / "inventory" / "group_vars" / "all" / "settings.yml"
+
+#: What the launch role takes from preflight's GPU facts and Ansible itself:
+#: one Tesla P40 unless the caller says otherwise.
+OUTSIDE_ANSIBLE: Dict[str, Any] = {
+    "ansible_managed": "Rendered by verl_pascal/launch/render.py",
+    "launch_gpu_summary": "(rendered outside Ansible)",
+    "preflight_gpu_profile": "pascal",
+    "launch_min_compute_cap": "6.1",
+    "launch_gpus": 1,
+    "gpu_memory_mib": 24576,
+    "cuda_toolkit_path": "/usr/local/cuda",
+    "model_repo": "model",
+}
+
+#: Preset keys -> the launch variable that overrides each (0 or "" = from the preset).
+PRESET_VARIABLES = {
+    "train_batch_size": "launch_train_batch_size",
+    "ppo_mini_batch_size": "launch_ppo_mini_batch_size",
+    "micro_batch_size": "launch_micro_batch_size",
+    "param_offload": "launch_param_offload",
+    "optimizer_offload": "launch_optimizer_offload",
+}
+
+
+def ansible_bool(value: object) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def preset_for(presets: Any, memory_mib: int) -> Dict[str, Any]:
+    """The first of launch_memory_presets whose min_memory_mib the GPU reaches (as the role picks)."""
+    for preset in presets:
+        if int(preset["min_memory_mib"]) <= memory_mib:
+            return dict(preset)
+    raise ValueError(f"no launch_memory_presets row for {memory_mib} MiB")
+
+
+def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """Every variable the template reads: the role's files, then OUTSIDE_ANSIBLE, then ``overrides``."""
+    raw = {**load_lock([SETTINGS]), **load_lock_file(LAUNCH_DEFAULTS)}
+    lock = Lock(raw, {**OUTSIDE_ANSIBLE, **overrides})
+    values: Dict[str, Any] = {}
+    for name in lock.names():
+        try:
+            values[name] = lock.get(name)
+        except LockError:  # needs Ansible's filters, or a fact: the template fails if it reads one
+            pass
+    preset = preset_for(values["launch_memory_presets"], int(values["gpu_memory_mib"]))
+    for key, name in PRESET_VARIABLES.items():
+        if str(values[name]) in ("", "0"):
+            values[name] = preset[key]
+    values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
+    return values
+
+
+def render(overrides: Mapping[str, Any], template: str = TEMPLATE) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["quote"] = lambda s: shlex.quote(str(s))
+    env.filters["bool"] = ansible_bool
+    with open(template, encoding="utf-8") as f:
+        return env.from_string(f.read()).render(**variables(overrides))
+
+
+def write(path: str, overrides: Mapping[str, Any]) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(overrides))
+    os.chmod(path, 0o755)
+    return path
