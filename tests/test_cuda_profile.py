@@ -18,7 +18,7 @@ def render(path: str) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters["quote"] = lambda s: shlex.quote(str(s))
     return env.from_string(TEMPLATE.read_text()).render(
-        ansible_managed="Ansible managed", cuda_toolkit_major_minor="11.8", cuda_toolkit_path=path)
+        ansible_managed="Ansible managed", cuda_major_minor="11.8", cuda_toolkit_path=path)
 
 
 @pytest.mark.parametrize("path", ["/usr/local/cuda-11.8", "/opt/my cuda/11.8", "/opt/cuda;touch $HOME/x`id`"])

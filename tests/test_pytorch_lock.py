@@ -112,7 +112,9 @@ def run_role(tmp_path: Path, env: Path, index: Path, locks: Path, *extra: str) -
         "torch_index_url": index.as_uri(), "pytorch_lock_dir": str(locks), "pip_cache_dir": "",
         "artifact_cache_dir": str(tmp_path / "cache"), "artifact_mirror_url": "", "artifact_mirror_dir": "",
     }
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local"]
+    # The site settings first (derived values such as pip_environment), then this test's values.
+    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}"]
     for key, value in variables.items():
         cmd += ["-e", f"{key}={value}"]
     cmd += [*extra, str(tmp_path / "play.yml")]
