@@ -6,9 +6,10 @@ BIN := $(VENV)/bin
 
 .PHONY: test demo setup venv lint unit molecule clean clean-host
 
-## test: everything CI runs, from a fresh machine (needs root for packages and Podman)
+## test: everything CI runs, from a fresh machine (needs root for packages and Podman);
+## the unit tests and the scenarios run in two lanes side by side (scripts/test.sh)
 test:
-	scripts/stages.sh setup venv lint unit molecule
+	scripts/test.sh
 
 ## demo: provision a throwaway container as if it were p40-box, with stand-in artifacts
 demo: setup venv

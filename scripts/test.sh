@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make test`, what CI runs: setup, venv and lint in order, then the Molecule
+# inputs (images, stand-ins), then two lanes side by side, each with its own
+# Podman container (VERL_PASCAL_INSTANCE), so that one waits on pip, apt or a
+# container while the other computes:
+#   upgrade: the upgrade scenario (the longest: eleven runs of site.yml)
+#   main:    the unit tests, then the default, failures and offline scenarios
+# Every line a lane prints is prefixed with its name. The time of each stage
+# and scenario is printed at the end, also after a failure; a failed lane
+# does not stop the other, and the run fails if either did.
+#   scripts/test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+times=$(mktemp)
+started=$SECONDS
+report() {
+  echo "== stage times"
+  cat "$times"
+  printf '%-8s %-18s %6ds\n' all total $((SECONDS - started))
+  rm -f "$times"
+}
+trap report EXIT
+
+# step LANE NAME COMMAND...: run it, record how long it took and how it ended.
+step() {
+  local lane=$1 name=$2 start=$SECONDS rc state=ok
+  shift 2
+  "$@"
+  rc=$?
+  ((rc == 0)) || state="failed ($rc)"
+  printf '%-8s %-18s %6ds  %s\n' "$lane" "$name" $((SECONDS - start)) "$state" >>"$times"
+  return "$rc"
+}
+
+for stage in setup venv lint; do
+  step main "$stage" make --no-print-directory "$stage" || exit
+done
+step main inputs scripts/molecule.sh --inputs-only || exit
+
+scenario() { # LANE SCENARIO: its own container name, so that lanes never meet
+  step "$1" "molecule $2" env VERL_PASCAL_INSTANCE="p40-box-$1" scripts/molecule.sh test -s "$2"
+}
+upgrade_lane() {
+  scenario upgrade upgrade
+}
+main_lane() {
+  step main unit make --no-print-directory unit || return
+  local s
+  for s in default failures offline; do
+    scenario main "$s" || return
+  done
+}
+
+{ upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /'; exit "${PIPESTATUS[0]}"; } &
+upgrade_pid=$!
+{ main_lane 2>&1 | sed -u 's/^/[main] /'; exit "${PIPESTATUS[0]}"; } &
+main_pid=$!
+wait "$upgrade_pid"
+upgrade_rc=$?
+wait "$main_pid"
+main_rc=$?
+((upgrade_rc == 0 && main_rc == 0))
