@@ -50,9 +50,20 @@ options:
     type: str
     choices: [sdpa, eager]
     default: sdpa
+  version:
+    description:
+      - The verl release the tree holds, whose patch-site table O(sites) is.
+    type: str
+    default: ""
+  sites:
+    description:
+      - The sites the patcher must find in O(version), C({file: {kind: minimum count}}): the
+        C(patch_sites) of the release's folder, verl_pascal/releases/verl-X/release.yml.
+      - Without it (or when the tree holds another version) the release counts as unsupported.
+    type: dict
   allow_unsupported:
     description:
-      - Patch a verl release missing from the engine's table of supported releases.
+      - Patch a verl release without a patch-site table (no release folder).
         Meant for adding a release to the table, not for production.
     type: bool
     default: false
@@ -143,6 +154,8 @@ def main() -> None:
             "source": {"type": "path", "required": True},
             "profile": {"type": "str", "default": "pascal"},
             "patch": {"type": "str", "choices": list(PATCH_KINDS), "required": True},
+            "sites": {"type": "dict", "default": None},
+            "version": {"type": "str", "default": ""},
             "attn": {"type": "str", "choices": list(ATTN_CHOICES), "default": "sdpa"},
             "allow_unsupported": {"type": "bool", "default": False},
         },
@@ -150,7 +163,10 @@ def main() -> None:
     )
     p = module.params
     try:
-        plan = patch_tree(p["source"], p["profile"], p["attn"], module.check_mode, p["allow_unsupported"], p["patch"])
+        releases = {p["version"]: p["sites"]} if p["sites"] is not None else {}
+        plan = patch_tree(
+            p["source"], p["profile"], p["attn"], module.check_mode, p["allow_unsupported"], p["patch"], releases
+        )
     except (VerlPatchError, OSError) as exc:
         module.fail_json(msg=str(exc))
     data = plan.to_dict()

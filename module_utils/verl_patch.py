@@ -71,7 +71,7 @@ import re
 import signal
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 ENGINE_VERSION = "1.0.0"
 
@@ -125,58 +125,14 @@ AUTOCAST_SIGNATURES: Dict[str, Tuple[str, ...]] = {
 }
 ATTN_NAMES = ("attn_implementation", "_attn_implementation")
 
-# Sites that MUST be found, per verl release: {file: {kind: minimum count}}.
-# A supported release missing one means upstream moved or changed something:
-# the patcher then refuses (the CLI exits 2) rather than leave a site behind.
-#
-# Adding a release: download its sdist (pip download --no-deps --no-binary
-# :all: verl==X -d DIR) and unpack it; run
-#   verl-patch --source DIR/verl-X --profile pascal --check --json --allow-unsupported
-# read every site it lists against the source (and grep the tree for bfloat16,
-# flash_attention_2 and flash_attn to see what the scanner does not find);
-# paste the "table_entry" of that JSON here; then add the release to the test
-# parameters in tests/test_verl_patch.py.
-_ACTOR = "verl/workers/actor/dp_actor.py"
-_CRITIC = "verl/workers/critic/dp_critic.py"
-_ROLLOUT = "verl/workers/rollout/hf_rollout.py"
-_WORKERS = "verl/workers/fsdp_workers.py"
-_SFT = "verl/trainer/fsdp_sft_trainer.py"
-_ENGINE = "verl/workers/engine/fsdp/engine_impl.py"
-_MODEL = "verl/utils/model.py"
-_TORCH_F = "verl/utils/torch_functional.py"
-_MEGATRON = {
-    "verl/models/llama/megatron/modeling_llama_megatron.py": {KIND_BERT: 1},
-    "verl/models/llama/megatron/layers/parallel_attention.py": {KIND_BERT: 1},
-    "verl/models/qwen2/megatron/modeling_qwen2_megatron.py": {KIND_BERT: 1},
-    "verl/models/qwen2/megatron/layers/parallel_attention.py": {KIND_BERT: 1},
-    "verl/utils/megatron/tensor_parallel.py": {KIND_BERT: 1},
-    "verl/utils/megatron/pipeline_parallel.py": {KIND_BERT: 1},
-}
-_V03_V04_COMMON = {
-    _ACTOR: {KIND_AUTOCAST: 1, KIND_BERT: 1},
-    _ROLLOUT: {KIND_AUTOCAST: 1},
-    _WORKERS: {KIND_AUTOCAST: 1, KIND_ATTN: 3, KIND_BERT: 1},
-    _SFT: {KIND_AUTOCAST: 1, KIND_ATTN: 1, KIND_BERT: 1},
-    _TORCH_F: {KIND_BERT: 2},
-}
-SUPPORTED_VERSIONS: Dict[str, Dict[str, Dict[str, int]]] = {
-    "0.3.0.post1": dict(_V03_V04_COMMON, **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1}}, **_MEGATRON),
-    "0.4.0": dict(_V03_V04_COMMON, **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 2}}, **_MEGATRON),
-    "0.4.1": dict(
-        _V03_V04_COMMON,
-        **{_CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1}, _MODEL: {KIND_ATTN: 2}},
-        **_MEGATRON,
-    ),
-    "0.5.0": dict(
-        _V03_V04_COMMON,
-        **{
-            _CRITIC: {KIND_AUTOCAST: 1, KIND_BERT: 1},
-            _MODEL: {KIND_ATTN: 2},
-            _ENGINE: {KIND_AUTOCAST: 1, KIND_ATTN: 1, KIND_BERT: 1},
-        },
-        **_MEGATRON,
-    ),
-}
+# Sites that MUST be found in a release: {file: {kind: minimum count}}. The
+# table of each supported release is in its folder (release.yml, patch_sites;
+# verl_pascal/releases/verl-X/) and is given to the engine by its caller, as
+# ``releases`` (version -> table). A supported release missing a site means
+# upstream moved or changed something: the patcher then refuses (the CLI exits
+# 2) rather than leave a site behind.
+SiteTable = Mapping[str, Mapping[str, int]]
+Releases = Mapping[str, SiteTable]
 
 
 class VerlPatchError(Exception):
@@ -196,7 +152,7 @@ class InterruptedPatchError(VerlPatchError):
 
 
 class UnsupportedVersionError(VerlPatchError):
-    """The verl release is not in SUPPORTED_VERSIONS."""
+    """The verl release has no patch-site table (no release folder)."""
 
 
 class UpstreamChangedError(VerlPatchError):
@@ -268,7 +224,7 @@ class Plan:
         return bool(self.changes or self.recovered or self.leftovers or self.interrupted)
 
     def table_entry(self) -> Dict[str, Dict[str, int]]:
-        """The SUPPORTED_VERSIONS entry that matches what was found."""
+        """The patch_sites table (release.yml) that matches what was found."""
         return counts_by_file(s for s in self.sites if s.state in (PENDING, PATCHED))
 
     def diffs(self) -> List[Dict[str, str]]:
@@ -851,12 +807,12 @@ def counts_by_file(sites: Iterable[Site]) -> Dict[str, Dict[str, int]]:
     return table
 
 
-def check_required(version: str, sites: Sequence[Site]) -> None:
-    """Raise UpstreamChangedError if a site the table requires was not found."""
+def check_required(version: str, sites: Sequence[Site], table: SiteTable) -> None:
+    """Raise UpstreamChangedError if a site the release's table requires was not found."""
     have = counts_by_file(s for s in sites if s.state in (PENDING, PATCHED, KEPT))
     missing = [
         "%s: %s expected >= %d, found %d" % (rel, kind, need, have.get(rel, {}).get(kind, 0))
-        for rel, kinds in sorted(SUPPORTED_VERSIONS[version].items())
+        for rel, kinds in sorted(table.items())
         for kind, need in sorted(kinds.items())
         if have.get(rel, {}).get(kind, 0) < need
     ]
@@ -868,13 +824,13 @@ def check_required(version: str, sites: Sequence[Site]) -> None:
         )
 
 
-def unsupported_message(version: str) -> str:
+def unsupported_message(version: str, releases: Releases) -> str:
     return (
         "verl %s is not supported by verl_patch %s; supported: %s. To add it: unpack its sdist "
         "(pip download --no-deps --no-binary :all: verl==%s), run verl-patch --source DIR "
-        "--profile pascal --check --json --allow-unsupported, review every site it lists, and paste its "
-        "table_entry into SUPPORTED_VERSIONS in module_utils/verl_patch.py"
-        % (version, ENGINE_VERSION, ", ".join(sorted(SUPPORTED_VERSIONS)), version)
+        "--profile pascal --check --json --allow-unsupported, review every site it lists, and write its "
+        "table_entry as patch_sites in a new release folder, verl_pascal/releases/verl-%s/release.yml"
+        % (version, ENGINE_VERSION, ", ".join(sorted(releases)) or "none", version, version)
     )
 
 
@@ -950,7 +906,12 @@ def check_choices(profile: str, attn: str, patch: str) -> None:
 
 
 def make_plan(
-    source: str, profile: str = "pascal", attn: str = "sdpa", allow_unsupported: bool = False, patch: str = PATCH_FP32
+    source: str,
+    profile: str = "pascal",
+    attn: str = "sdpa",
+    allow_unsupported: bool = False,
+    patch: str = PATCH_FP32,
+    releases: Optional[Releases] = None,
 ) -> Plan:
     """Find every site and compute every file change; writes nothing."""
     check_choices(profile, attn, patch)
@@ -963,12 +924,13 @@ def make_plan(
             "%s is patched (profile %s); profile %s needs verl as released: reinstall it from its sdist"
             % (package_dir, previous["profile"], profile)
         )
-    supported = version in SUPPORTED_VERSIONS
+    releases = releases or {}
+    supported = version in releases
     plan = Plan(root, package_dir, version, profile, attn, supported, patch)
     if patching and not supported:
         if not allow_unsupported:
-            raise UnsupportedVersionError(unsupported_message(version))
-        plan.warnings.append(unsupported_message(version))
+            raise UnsupportedVersionError(unsupported_message(version, releases))
+        plan.warnings.append(unsupported_message(version, releases))
     previous_attn = previous["attn"] if previous else None
     for rel in python_files(root, package_dir):
         sites, change = plan_file(root, rel, attn if patching else None, previous_attn)
@@ -976,7 +938,7 @@ def make_plan(
         if change is not None:
             plan.changes.append(change)
     if patching and supported:
-        check_required(version, plan.sites)
+        check_required(version, plan.sites, releases[version])
     if patching:
         for path, text in sorted(compat_files(package_dir, profile, attn).items()):
             before = read_text(path) if os.path.isfile(path) else None
@@ -1216,13 +1178,15 @@ def apply_plan(plan: Plan) -> None:
         )
 
 
-def interrupted_plan(root: str, package_dir: str, profile: str, attn: str, patch: str) -> Optional[Plan]:
+def interrupted_plan(
+    root: str, package_dir: str, profile: str, attn: str, patch: str, releases: Releases
+) -> Optional[Plan]:
     """Check mode on a tree with a journal: the files a run would still write; None without a journal."""
     entries = read_journal(package_dir)
     if entries is None:
         return None
     version = read_verl_version(package_dir)
-    plan = Plan(root, package_dir, version, profile, attn, version in SUPPORTED_VERSIONS, patch)
+    plan = Plan(root, package_dir, version, profile, attn, version in releases, patch)
     plan.interrupted = journal_path(package_dir)
     for entry in unwritten_entries(package_dir, entries):
         path = _entry_path(package_dir, entry)
@@ -1239,6 +1203,7 @@ def patch_tree(
     check: bool = False,
     allow_unsupported: bool = False,
     patch: str = PATCH_FP32,
+    releases: Optional[Releases] = None,
 ) -> Plan:
     """Plan and, unless ``check``, apply. The returned plan says what changed (or would change).
 
@@ -1248,15 +1213,15 @@ def patch_tree(
     check_choices(profile, attn, patch)
     root, package_dir = find_package_dir(source)
     if check:
-        interrupted = interrupted_plan(root, package_dir, profile, attn, patch)
+        interrupted = interrupted_plan(root, package_dir, profile, attn, patch, releases or {})
         if interrupted is not None:
             return interrupted
-        plan = make_plan(source, profile, attn, allow_unsupported, patch)
+        plan = make_plan(source, profile, attn, allow_unsupported, patch, releases)
         plan.leftovers = find_leftovers(package_dir)
         return plan
     recovered = roll_forward(package_dir)
     leftovers = remove_leftovers(package_dir)
-    plan = make_plan(source, profile, attn, allow_unsupported, patch)
+    plan = make_plan(source, profile, attn, allow_unsupported, patch, releases)
     plan.recovered, plan.leftovers = recovered, leftovers
     if plan.changes:
         apply_plan(plan)

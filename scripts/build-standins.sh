@@ -30,7 +30,7 @@ repo=$(cd "$here/.." && pwd)
 # The verl part also depends on the lock, the dependency locks and the prefetch code.
 stamp=$( (cat "$0"; find "$src" -type f -print0 | sort -z | xargs -0 cat; ls -l "$wheels"/torch-*.whl 2>/dev/null || true
   cat "$repo/inventory/group_vars/all/versions.yml"
-  find "$repo/roles/verl/files/locks" "$repo/roles/conda/files" "$repo/verl_pascal/prefetch" "$repo/module_utils" \
+  find "$repo/verl_pascal/releases" "$repo/roles/conda/files" "$repo/verl_pascal/prefetch" "$repo/module_utils" \
     -type f -name '*.txt' -o -type f -name '*.py' |
     sort | xargs cat) | sha256sum | cut -d' ' -f1)
 if [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
@@ -216,10 +216,54 @@ YML
 # own (never the containers' pip cache), so a rebuild downloads nothing again.
 torch_ab=$(echo "${torch_standin_version%%+*}" | cut -d. -f1,2)
 locks=()
-for lock in "$repo"/roles/verl/files/locks/verl-*/py3.11-torch"$torch_ab".txt; do
+for lock in "$repo"/verl_pascal/releases/verl-*/py3.11-torch"$torch_ab".txt; do
   [[ -f $lock ]] && locks+=("--pip-lock=$lock")
 done
 "$py" -m verl_pascal.prefetch.cli --mirror "$out/mirror" \
   --no-progress --var python_version=3.11.2 --only verl_releases "${locks[@]}"
+
+# --- a verl release no folder supports: the upgrade scenario's refused release --
+# STAND-IN verl 99.0.0: the 0.5.0 sdist with its version rewritten, so that the
+# scenario's refused release can never become a supported one. It goes into the
+# mirror (and its records) with its sha256 in standins.yml, with a copy of 0.5.0's
+# stand-in lock under verl-locks/, so the play gets as far as the patcher.
+VERL_050_LOCK="$repo/verl_pascal/releases/verl-0.5.0/py3.11-torch2.13.txt" "$py" - "$out" <<'PY'
+import hashlib, io, json, os, shutil, sys, tarfile
+out = sys.argv[1]
+mirror = os.path.join(out, "mirror")
+src, name, version = os.path.join(mirror, "verl-0.5.0.tar.gz"), "verl-99.0.0.tar.gz", "99.0.0"
+buf = io.BytesIO()
+with tarfile.open(src) as old, tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as new:
+    for member in old.getmembers():
+        data = old.extractfile(member).read() if member.isfile() else None
+        member.name = member.name.replace("verl-0.5.0", "verl-" + version, 1)
+        if data is not None and member.name.endswith(("/verl/version/version", "/PKG-INFO")):
+            data = data.replace(b"0.5.0", version.encode())
+        if data is not None:
+            member.size = len(data)
+        member.mtime = 0
+        new.addfile(member, io.BytesIO(data) if data is not None else None)
+data = buf.getvalue()
+with open(os.path.join(mirror, name), "wb") as f:
+    f.write(data)
+sha = hashlib.sha256(data).hexdigest()
+with open(os.path.join(mirror, "manifest.json")) as f:
+    manifest = json.load(f)
+manifest["files"] = [e for e in manifest["files"] if e["name"] != name] + [
+    {"name": name, "url": "stand-in", "size": len(data), "sha256": sha}]
+with open(os.path.join(mirror, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=2)
+with open(os.path.join(mirror, "SHA256SUMS")) as f:
+    sums = [line for line in f if not line.rstrip().endswith(" " + name)]
+with open(os.path.join(mirror, "SHA256SUMS"), "w") as f:
+    f.writelines(sums + [f"{sha}  {name}\n"])
+locks = os.path.join(out, "verl-locks", "verl-" + version)
+os.makedirs(locks, exist_ok=True)
+shutil.copy(os.environ["VERL_050_LOCK"], locks)
+with open(os.path.join(out, "standins.yml"), "a") as f:
+    f.write(f"# STAND-IN verl {version}: a release without a folder (the upgrade scenario's refused release).\n"
+            f"standin_refused_verl: {{version: \"{version}\", sdist: \"{name}\", sha256: \"{sha}\", "
+            f"lock_dir: \"{os.path.join(out, 'verl-locks')}\"}}\n")
+PY
 echo "$stamp" >"$out/.stamp"
 echo "build-standins: built in $out"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the dependency locks of the verl role: for each verl version given
-# (default: every roles/verl/files/locks/verl-*/), resolve requirements.in into
+# (default: every verl_pascal/releases/verl-*/), resolve requirements.in into
 # exact pins for each (Python, torch) pair the stack runs on, for Linux x86_64:
 #   py3.10-torch2.6.txt   production: Python 3.10 with torch 2.6.0 (+cu118)
 #   py3.11-torch2.13.txt  the CI containers: Python 3.11 with torch 2.13.0 (+cpu)
@@ -21,7 +21,7 @@
 # so a mirror or index serving another file under the same version is refused.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-locks=$root/roles/verl/files/locks
+locks=$root/verl_pascal/releases
 pairs=${LOCK_PAIRS:-"3.10:2.6.0 3.11:2.13.0"}
 platform=${LOCK_PLATFORM:-x86_64-manylinux_2_28}
 

@@ -86,7 +86,8 @@ def test_the_patcher_patches_what_the_table_says() -> None:
 
 def launch_overrides(profile: str, tmp_path: Path) -> List[str]:
     """The Hydra overrides the rendered launch script passes (its --dry-run)."""
-    script = render.write(str(tmp_path / f"verl-ppo-{profile}"), {"launch_profile": profile})
+    script = render.write(str(tmp_path / f"verl-ppo-{profile}"),
+                          {"launch_profile": profile, "launch_model_dir": "/opt/verl-pascal/models/m"})
     proc = subprocess.run([script, "--dry-run"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return shlex.split(proc.stdout)[3:]  # after python -m verl.trainer.main_ppo

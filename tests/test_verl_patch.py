@@ -45,7 +45,11 @@ from module_utils.verl_patch import (
     patch_tree,
 )
 
+from verl_pascal import verl_releases
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The patch-site table of every release folder (verl_pascal/releases/verl-X/release.yml).
+RELEASES = verl_releases.patch_tables()
 # The verl-patch command, as its console script runs it.
 CLI = [sys.executable, "-m", "verl_pascal.patch_cli"]
 DATA = Path(__file__).resolve().parent / "data" / "verl_patch"
@@ -85,8 +89,9 @@ REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
     "0.4.0": [("verl/workers/critic/dp_critic.py", 24, KIND_BERT), ("verl/workers/critic/dp_critic.py", 44, KIND_BERT)],
     "0.3.0.post1": [("verl/workers/actor/dp_actor.py", 74, KIND_AUTOCAST)],
 }
-REQUIRED_VERSIONS = ("0.4.1", "0.5.0")  # the project's releases; the others are cheap extras
-ALL_VERSIONS = ("0.3.0.post1", "0.4.0", "0.4.1", "0.5.0")
+# The releases the verl role installs (a folder with a dependency lock), and every folder.
+REQUIRED_VERSIONS = tuple(verl_releases.sdists())
+ALL_VERSIONS = tuple(verl_releases.versions())
 
 
 # --------------------------------------------------------------------------
@@ -147,7 +152,7 @@ real_versions = pytest.mark.parametrize("real_tree", ALL_VERSIONS, indirect=True
 def test_real_sdist_every_expected_site_is_found_and_patched(real_tree: Path) -> None:
     version = real_tree.name[len("verl-") :]
     pristine = snapshot(real_tree)
-    plan = make_plan(str(real_tree), "pascal", "sdpa")
+    plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert plan.verl_version == version and plan.supported
     assert by_kind(plan.sites, PENDING) == REAL_COUNTS[version]
     assert all(site.state == PENDING for site in plan.sites)
@@ -155,7 +160,7 @@ def test_real_sdist_every_expected_site_is_found_and_patched(real_tree: Path) ->
     for expected in REAL_LINES[version]:
         assert expected in found, "%s:%d %s not found" % expected
 
-    patch_tree(str(real_tree), "pascal", "sdpa")
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
 
     after = snapshot(real_tree)
     torch_dtypes = "verl/utils/torch_dtypes.py"
@@ -166,7 +171,7 @@ def test_real_sdist_every_expected_site_is_found_and_patched(real_tree: Path) ->
         warnings.simplefilter("ignore")
         for path in py_files(real_tree / "verl"):
             compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
-    replan = make_plan(str(real_tree), "pascal", "sdpa")
+    replan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert not replan.changes
     assert by_kind(replan.sites, PATCHED) == REAL_COUNTS[version]
     manifest = json.loads((real_tree / "verl" / ".verl_pascal_patch.json").read_text())
@@ -184,7 +189,7 @@ def _calls_text(text: str) -> List[str]:
 @real_versions
 def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path) -> None:
     """Independent of the engine's scanner: grep-level checks on the patched package."""
-    patch_tree(str(real_tree), "pascal", "eager")
+    patch_tree(str(real_tree), "pascal", "eager", releases=RELEASES)
     for path in py_files(real_tree / "verl"):
         rel = path.relative_to(real_tree).as_posix()
         if rel == "verl/utils/torch_dtypes.py":
@@ -203,7 +208,7 @@ def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path)
 
 @real_versions
 def test_real_sdist_compat_module_exports_every_imported_name(real_tree: Path) -> None:
-    plan = make_plan(str(real_tree), "pascal", "sdpa")
+    plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     compat = ast.parse((REPO_ROOT / "module_utils/verl_pascal_compat/bert_padding.py").read_text())
     exported = next(
         ast.literal_eval(node.value)
@@ -255,7 +260,7 @@ def test_real_sdist_json_output(real_tree: Path) -> None:
     assert data["verl_version"] == version and data["supported"] is True and data["check"] is True
     assert data["pending"] == sum(REAL_COUNTS[version].values())
     assert data["counts"] == REAL_COUNTS[version]
-    assert data["table_entry"] == verl_patch.SUPPORTED_VERSIONS[version]
+    assert data["table_entry"] == RELEASES[version]
     assert {"file", "line", "col", "kind", "state", "before", "after"} <= set(data["sites"][0])
     applied = json.loads(run_cli("--source", str(real_tree), "--profile", "pascal", "--json").stdout)
     assert applied["changed"] is True and applied["check"] is False
@@ -268,13 +273,13 @@ def test_real_sdist_unsupported_version_is_refused(real_tree: Path) -> None:
     proc = run_cli("--source", str(real_tree), "--profile", "pascal")
     assert proc.returncode == 2
     assert "9.9.9" in proc.stderr and "0.4.1" in proc.stderr and "0.5.0" in proc.stderr
-    assert "SUPPORTED_VERSIONS" in proc.stderr
+    assert "verl_pascal/releases/verl-9.9.9/release.yml" in proc.stderr
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check").returncode == 2
     assert snapshot(real_tree) == before
     # A maintainer adding the release: never exits 0 while a site is left.
     probe = run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--json", "--allow-unsupported")
     assert probe.returncode == 1
-    assert json.loads(probe.stdout)["table_entry"] == verl_patch.SUPPORTED_VERSIONS["0.5.0"]
+    assert json.loads(probe.stdout)["table_entry"] == RELEASES["0.5.0"]
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--allow-unsupported").returncode == 0
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--allow-unsupported").returncode == 0
 
@@ -287,7 +292,7 @@ def test_real_sdist_site_moved_upstream_fails_and_writes_nothing(real_tree: Path
     actor.write_text(text.replace("dtype=torch.bfloat16", "dtype=self.param_dtype"))
     before = snapshot(real_tree)
     with pytest.raises(UpstreamChangedError, match=r"dp_actor\.py: autocast_bf16 expected >= 1, found 0"):
-        make_plan(str(real_tree), "pascal", "sdpa")
+        make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     proc = run_cli("--source", str(real_tree), "--profile", "pascal")
     assert proc.returncode == 2 and "upstream" in proc.stderr
     assert snapshot(real_tree) == before
@@ -405,7 +410,7 @@ def test_synthetic_rewrite_is_exact(synthetic: Path) -> None:
 
 def test_synthetic_unsupported_without_flag(synthetic: Path) -> None:
     with pytest.raises(UnsupportedVersionError, match="0.0.0\\+synthetic.*supported: 0.3.0.post1, 0.4.0, 0.4.1, 0.5.0"):
-        make_plan(str(synthetic), "pascal", "sdpa")
+        make_plan(str(synthetic), "pascal", "sdpa", releases=RELEASES)
 
 
 def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
@@ -551,7 +556,7 @@ def test_engine_is_stdlib_only_and_python38_compatible() -> None:
 
 
 def test_table_lists_the_release_files() -> None:
-    for version, table in verl_patch.SUPPORTED_VERSIONS.items():
+    for version, table in RELEASES.items():
         assert "verl/utils/torch_dtypes.py" not in table
         for rel, kinds in table.items():
             assert rel.startswith("verl/") and rel.endswith(".py"), (version, rel)
@@ -565,8 +570,10 @@ def test_table_lists_the_release_files() -> None:
 
 
 def run_module(tmp_path: Path, args: str, *flags: str) -> Dict[str, Any]:
-    """The module with the patch kind the roles pass for pascal (its row of the GPU-profile table)."""
-    return run_ansible_module(tmp_path, "verl_patch", f"{args} patch=fp32", *flags)
+    """The module as the verl role calls it for verl 0.5.0 on pascal: the patch kind of the
+    profile's row, the release and the patch-site table of its folder."""
+    sites = json.dumps(RELEASES["0.5.0"])
+    return run_ansible_module(tmp_path, "verl_patch", f"{args} patch=fp32 version=0.5.0 sites='{sites}'", *flags)
 
 
 @pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")

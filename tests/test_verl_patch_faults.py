@@ -19,12 +19,15 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 from conftest import ANSIBLE, run_ansible_module
+from verl_pascal import verl_releases
 
 from module_utils import verl_patch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The verl-patch command, as its console script runs it.
 CLI = [sys.executable, "-m", "verl_pascal.patch_cli"]
+# The module's arguments as the verl role passes them for verl 0.5.0 on pascal.
+MODULE_ARGS = "source=%s patch=fp32 version=0.5.0 sites='" + json.dumps(verl_releases.read("0.5.0")["patch_sites"]) + "'"
 VERSION = "0.5.0"
 JOURNAL = "verl/" + verl_patch.JOURNAL_NAME
 KILLED = -signal.SIGKILL
@@ -229,16 +232,16 @@ def test_module_reports_then_completes_an_interrupted_patch(
 ) -> None:
     tree = _killed_half_way(pristine, reference, tmp_path / "tree")
     before = tree_files(tree)
-    checked = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree, "--check", "--diff")
+    checked = run_ansible_module(tmp_path, "verl_patch", MODULE_ARGS % tree, "--check", "--diff")
     assert checked.get("failed") is not True, checked
     assert checked["changed"] is True and checked["interrupted"].endswith(JOURNAL)
     assert any("interrupted patch is pending" in w for w in checked.get("warnings", [])), checked
     assert "verl/.verl_pascal_patch.json" in checked["files_changed"] and checked["diff"]
     assert tree_files(tree) == before, "check mode wrote something"
 
-    applied = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree)
+    applied = run_ansible_module(tmp_path, "verl_patch", MODULE_ARGS % tree)
     assert applied.get("failed") is not True, applied
     assert applied["changed"] is True and "verl/.verl_pascal_patch.json" in applied["recovered"]
     assert tree_files(tree) == reference and stray_files(tree) == []
-    again = run_ansible_module(tmp_path, "verl_patch", "source=%s patch=fp32" % tree)
+    again = run_ansible_module(tmp_path, "verl_patch", MODULE_ARGS % tree)
     assert again["changed"] is False and again["recovered"] == []

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCKS = ROOT / "roles" / "verl" / "files" / "locks"
+LOCKS = ROOT / "verl_pascal" / "releases"
 
 
 def load(path: Path) -> ModuleType:
@@ -78,8 +78,9 @@ LOCK_FILES = sorted(LOCKS.glob("verl-*/py*-torch*.txt"))
 
 
 def test_every_locked_release_has_both_pairs():
-    versions = sorted(p.name for p in LOCKS.glob("verl-*"))
-    assert versions, "no locks"
+    """A release folder with a lock has both: the env's (Python 3.10, torch 2.6) and CI's."""
+    versions = sorted(p.parent.name for p in LOCKS.glob("verl-*/requirements.in"))
+    assert versions == ["verl-0.4.1", "verl-0.5.0"]
     for version in versions:
         got = sorted(p.name for p in (LOCKS / version).glob("py*-torch*.txt"))
         assert got == ["py3.10-torch2.6.txt", "py3.11-torch2.13.txt"], version
@@ -145,7 +146,7 @@ def test_filter_drops_a_hashed_entry_whole_and_keeps_the_others_with_their_hashe
 
 def test_every_pin_of_every_lock_carries_sha256_hashes():
     """pip installs the locks with --require-hashes: a pin without a hash would stop the play."""
-    locks = sorted((ROOT / "roles" / "verl" / "files" / "locks").glob("verl-*/py*.txt"))
+    locks = LOCK_FILES
     assert locks
     for lock in locks:
         entries = lock_filter.entries(lock.read_text().splitlines(keepends=True))

@@ -23,7 +23,7 @@ import os
 import sys
 from typing import List, Optional
 
-from verl_pascal import profiles
+from verl_pascal import profiles, verl_releases
 from verl_pascal.module_utils import verl_patch
 
 
@@ -31,7 +31,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="verl-patch",
         description=__doc__.split("\n\n")[0],
-        epilog="Supported verl releases: %s." % ", ".join(sorted(verl_patch.SUPPORTED_VERSIONS)),
+        epilog="Supported verl releases (a folder each in verl_pascal/releases/): %s."
+        % ", ".join(verl_releases.versions()),
     )
     parser.add_argument("--source", required=True, help="verl sdist root, site-packages dir, or the verl package dir")
     parser.add_argument(
@@ -105,7 +106,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
         patch = profiles.rows()[args.profile]["patch"]
-        plan = verl_patch.patch_tree(args.source, args.profile, args.attn, args.check, args.allow_unsupported, patch)
+        plan = verl_patch.patch_tree(
+            args.source, args.profile, args.attn, args.check, args.allow_unsupported, patch, verl_releases.patch_tables()
+        )
     except verl_patch.VerlPatchError as exc:
         print("verl-patch: error: %s" % exc, file=sys.stderr)
         return 2

@@ -4,8 +4,9 @@ Ansible renders templates/verl-ppo.sh.j2 on real boxes (the launch role);
 benchmarks on a GPU host and the template's tests render the same file here,
 with `quote` (shlex.quote, as Ansible's) and `bool` (Ansible's truthiness).
 The values come from where the role takes them: the launch role's
-defaults/main.yml, the site settings in inventory/group_vars/all/, the
-GPU-profile table, and the batch-size preset for the GPU's memory. Only what
+defaults/main.yml, the lock and site settings in inventory/group_vars/all/,
+the GPU-profile table, the verl release folders, and the batch-size preset for
+the GPU's memory. Only what
 preflight's GPU facts give a box is stated here (OUTSIDE_ANSIBLE).
 """
 
@@ -18,13 +19,13 @@ from typing import Any, Dict, Mapping
 
 import jinja2
 
-from verl_pascal import profiles
+from verl_pascal import profiles, verl_releases
 from verl_pascal.prefetch.lock import Lock, LockError, load_lock, load_lock_file
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")
 LAUNCH_DEFAULTS = REPO / "roles" / "launch" / "defaults" / "main.yml"
-SETTINGS = REPO / "inventory" / "group_vars" / "all" / "settings.yml"
+GROUP_VARS = REPO / "inventory" / "group_vars" / "all"
 
 #: What the launch role takes from preflight's GPU facts and Ansible itself:
 #: one Tesla P40 unless the caller says otherwise.
@@ -63,19 +64,21 @@ def preset_for(presets: Any, memory_mib: int) -> Dict[str, Any]:
 
 def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     """Every variable the template reads: the role's files, then OUTSIDE_ANSIBLE, then ``overrides``."""
-    raw = {**load_lock([SETTINGS]), **load_lock_file(LAUNCH_DEFAULTS)}
-    lock = Lock(raw, {**OUTSIDE_ANSIBLE, **overrides})
+    raw = {**load_lock([GROUP_VARS]), **load_lock_file(LAUNCH_DEFAULTS)}
+    # Without Ansible's Templar: benchmarks render in the process that then runs torch.
+    lock = Lock(raw, {**OUTSIDE_ANSIBLE, **overrides}, use_ansible=False)
     values: Dict[str, Any] = {}
     for name in lock.names():
         try:
             values[name] = lock.get(name)
-        except LockError:  # needs Ansible's filters, or a fact: the template fails if it reads one
+        except LockError:  # needs Ansible's filters (launch_model_dir), or a fact: pass it, or the template fails
             pass
     preset = preset_for(values["launch_memory_presets"], int(values["gpu_memory_mib"]))
     for key, name in PRESET_VARIABLES.items():
         if str(values[name]) in ("", "0"):
             values[name] = preset[key]
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
+    values.setdefault("verl_releases", {v: verl_releases.read(v) for v in verl_releases.versions()})
     return values
 
 

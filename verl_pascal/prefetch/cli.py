@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     pip.add_argument("--pip-requirements", type=Path, action="append", default=[], metavar="FILE",
                      help="requirements file for `pip download` (repeatable)")
     pip.add_argument("--pip-lock", type=Path, action="append", default=[], metavar="FILE",
-                     help="a complete lock (exact pins of every dependency, e.g. roles/verl/files/locks/"
+                     help="a complete lock (exact pins of every dependency, e.g. verl_pascal/releases/"
                           "verl-0.5.0/py3.10-torch2.6.txt): pip download --no-deps, wheels for the target "
                           "where a project has them, else its sdist (repeatable)")
     pip.add_argument("--pip-python-version", metavar="X.Y",

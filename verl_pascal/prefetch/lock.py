@@ -101,14 +101,26 @@ def _templar_render(text: str, variables: Mapping[str, Any]) -> Any:
 class Lock:
     """The merged variables with lazy rendering of their templates."""
 
-    def __init__(self, variables: Mapping[str, Any], overrides: Optional[Mapping[str, Any]] = None):
+    def __init__(self, variables: Mapping[str, Any], overrides: Optional[Mapping[str, Any]] = None,
+                 use_ansible: bool = True):
+        """``use_ansible`` False: never hand a value to Ansible's Templar (a value that needs it is a
+        LockError). Ansible patches interpreter globals when it templates (sys.intern, in 2.19), which
+        breaks torch.compile's imports later in the same process."""
         self.raw: Dict[str, Any] = dict(variables)
         self.raw.update(overrides or {})
         self._cache: Dict[str, Any] = {}
+        self.use_ansible = use_ansible
 
     @classmethod
     def from_paths(cls, paths: Sequence[Path] = DEFAULT_LOCK_PATHS, overrides: Optional[Mapping[str, Any]] = None) -> "Lock":
-        return cls(load_lock(paths), overrides)
+        variables = load_lock(paths)
+        if isinstance(variables.get("verl_releases"), str):
+            # settings.yml derives it from the release folders with Ansible lookups: read
+            # the folders here (the releases the verl role can install).
+            from verl_pascal import verl_releases
+
+            variables["verl_releases"] = verl_releases.sdists()
+        return cls(variables, overrides)
 
     def __contains__(self, name: object) -> bool:
         return name in self.raw
@@ -153,4 +165,6 @@ class Lock:
         rest = _SIMPLE_REF.sub("", text)
         if not _ANY_JINJA.search(rest):
             return _SIMPLE_REF.sub(lambda m: str(self._value(m.group(1), stack)), text)
+        if not self.use_ansible:
+            raise LockError(f"{text!r} needs Ansible to render, and this reader does not use it")
         return _templar_render(text, self.raw)

@@ -10,7 +10,7 @@ with ``pip install --no-index --find-links`` or ``--index-url
 destination first, so pip does not download them again.
 
 A complete lock (``--pip-lock``: exact pins of every dependency, like the verl
-role's ``roles/verl/files/locks/*``) is downloaded with ``--no-deps`` and
+role's ``verl_pascal/releases/*``) is downloaded with ``--no-deps`` and
 without ``--only-binary``: wheels for the target where there are any, the
 sdist of a project that publishes none (``antlr4-python3-runtime``).
 
