@@ -45,7 +45,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument(
         "--allow-unsupported",
         action="store_true",
-        help="patch or check a release missing from the version table (to add one); never skips a found site",
+        help="patch or check a release without a release folder (to add one); never skips a found site",
     )
     return parser.parse_args(argv)
 
