@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# `make test`, what CI runs: setup, venv and lint in order, then the Molecule
-# inputs (images, stand-ins), then two lanes side by side, each with its own
-# Podman container (VERL_PASCAL_INSTANCE), so that one waits on pip, apt or a
-# container while the other computes:
-#   upgrade: the upgrade scenario (the longest: ten runs of site.yml), then
-#            the failures scenario
-#   main:    the unit tests, then the default and offline scenarios
+# `make test`, what CI runs: setup, venv and lint in order, then two lanes
+# side by side, each with its own Podman container (VERL_PASCAL_INSTANCE), so
+# that one waits on pip, apt or a container while the other computes:
+#   upgrade: the Molecule inputs (images, stand-ins), the upgrade scenario (the
+#            longest: ten runs of site.yml), then the failures scenario
+#   main:    the unit tests (while the inputs are built), then, once the inputs
+#            are there, the default and offline scenarios
 # (balanced by their measured times: each lane takes about half).
 # Every line a lane prints is prefixed with its name. The time of each stage
 # and scenario is printed at the end, also after a failure; a failed lane
@@ -38,16 +38,33 @@ step() {
 for stage in setup venv lint; do
   step main "$stage" make --no-print-directory "$stage" || exit
 done
-step main inputs scripts/molecule.sh --inputs-only || exit
 
 scenario() { # LANE SCENARIO: its own container name, so that lanes never meet
   step "$1" "molecule $2" env VERL_PASCAL_INSTANCE="p40-box-$1" scripts/molecule.sh test -s "$2"
 }
+# The inputs are built once, in the upgrade lane; the main lane waits for them
+# after its unit tests (the file says how the build ended).
+inputs_done=$(mktemp -u)
+inputs() {
+  local rc=0
+  step upgrade inputs scripts/molecule.sh --inputs-only || rc=$?
+  echo "$rc" >"$inputs_done"
+  return "$rc"
+}
+wait_for_inputs() {
+  local waited=$SECONDS
+  until [[ -f $inputs_done ]]; do sleep 5; done
+  echo "waited $((SECONDS - waited))s for the Molecule inputs"
+  [[ $(cat "$inputs_done") == 0 ]]
+}
 upgrade_lane() {
-  scenario upgrade upgrade && scenario upgrade failures
+  inputs && scenario upgrade upgrade && scenario upgrade failures
 }
 main_lane() {
-  step main unit make --no-print-directory unit && scenario main default && scenario main offline
+  step main unit make --no-print-directory unit
+  local rc=$?
+  wait_for_inputs || return
+  ((rc == 0)) && scenario main default && scenario main offline
 }
 
 { upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /'; exit "${PIPESTATUS[0]}"; } &
@@ -58,4 +75,5 @@ wait "$upgrade_pid"
 upgrade_rc=$?
 wait "$main_pid"
 main_rc=$?
+rm -f "$inputs_done"
 ((upgrade_rc == 0 && main_rc == 0))
