@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -184,6 +185,7 @@ class Downloads:
         self.threads = [threading.Thread(target=self._work, name=f"prefetch-{n}", daemon=True)
                         for n in range(min(max(1, jobs), len(self.selected)))]
         self.interrupted = False
+        self.sigints = 0
 
     def _work(self) -> None:
         while not self.fetcher.cancel.is_set():
@@ -209,30 +211,42 @@ class Downloads:
                                                             or not self.done.empty())
 
     def run(self) -> List[FetchResult]:
-        """A result per artifact, in order: those never reached after Ctrl-C are ``interrupted``."""
+        """A result per artifact, in order: those never reached after Ctrl-C are ``interrupted``.
+
+        While the downloads run, Ctrl-C only counts (``_on_sigint``): a KeyboardInterrupt raised
+        inside the queue's condition wait can leave its lock held, and the next wait on the
+        queue would then hang for good.
+        """
         for thread in self.threads:
             thread.start()
+        # Only the main thread receives signals (a benchmark runs several of these in threads).
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
         try:
-            while self._busy():
+            while self._busy() and not self.sigints:
                 self._collect(0.2)
-        except KeyboardInterrupt:
-            self.stop()
+            if self.sigints:
+                self.stop()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
         while not self.done.empty():
             self._collect(0)
         return [self.results.get(i) or FetchResult(art, "interrupted", error="not started")
                 for i, art in enumerate(self.selected)]
 
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        self.sigints += 1
+
     def stop(self) -> None:
-        """Cancel every download and give them ``STOP_GRACE`` seconds to close their .part files."""
+        """Cancel every download and give them ``STOP_GRACE`` seconds to close their .part files
+        (a second Ctrl-C: no longer)."""
         self.interrupted = True
         self.fetcher.cancel.set()
         self.progress.write("prefetch: interrupted: stopping the downloads; their .part files are kept for a resume")
         deadline = time.monotonic() + STOP_GRACE
-        try:
-            while self._busy() and time.monotonic() < deadline:
-                self._collect(0.1)
-        except KeyboardInterrupt:  # a second Ctrl-C: do not wait any longer
-            pass
+        while self._busy() and time.monotonic() < deadline and self.sigints < 2:
+            self._collect(0.1)
 
 
 def cmd_fetch(args: argparse.Namespace, lock: Lock, selected: Sequence[arts.Artifact]) -> int:
