@@ -223,3 +223,15 @@ def test_help_lists_every_option(tmp_path: Path) -> None:
     for option in ("--dry-run", "--check-config", "--allow-root", "HYDRA_OVERRIDE"):
         assert option in proc.stdout, option
     assert "set -euo" not in proc.stdout
+
+
+def test_a_releases_own_overrides_reach_the_script_and_nothing_else_changes_with_the_version(
+        tmp_path: Path) -> None:
+    """A release folder's hydra_overrides are passed on every profile; a release without any
+    renders the same script as another, so an upgrade does not rewrite it."""
+    releases = {"0.5.0": {"hydra_overrides": ["+trainer.release_key=1"]}, "0.4.1": {"hydra_overrides": []}}
+    argv = dry_run_args(render(tmp_path, verl_releases=releases, verl_version="0.5.0"))
+    assert argv[-1] == "+trainer.release_key=1"
+    old = launch_render.render({**BASE, "verl_version": "0.4.1"})
+    new = launch_render.render({**BASE, "verl_version": "0.5.0"})
+    assert old == new and "own keys" not in new
