@@ -8,8 +8,9 @@ set -euo pipefail
 # The tag is a hash of this script, so a changed recipe builds a new image.
 image=${VERL_PASCAL_IMAGE:-localhost/verl-pascal-debian12:$(sha256sum "$0" | cut -c1-12)}
 suite=bookworm
-# A bare box: what a fresh Debian server has, plus python3 for Ansible.
-include=python3,python3-apt,ca-certificates,sudo,procps,xz-utils,tar,gzip
+# A bare box: what a fresh Debian server has (sshd included: Ansible reaches
+# the test boxes over SSH, as it reaches real ones), plus python3 for Ansible.
+include=python3,python3-apt,ca-certificates,sudo,procps,xz-utils,tar,gzip,openssh-server
 
 if [[ ${1:-} == --print ]]; then
   echo "$image"
@@ -37,6 +38,8 @@ debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >/
 # Like a freshly installed server: package lists present (check mode of apt
 # needs them), no downloaded .deb files.
 rm -f "$root"/var/cache/apt/archives/*.deb
+# sshd's privilege separation directory (a booted box's init makes it).
+mkdir -p "$root/run/sshd"
 tar -C "$root" -c . | podman import \
   --change 'CMD ["sleep", "infinity"]' \
   --change 'ENV LANG=C.UTF-8' - "$image" >/dev/null

@@ -30,9 +30,46 @@ VERL_PASCAL_OFFLINE_IMAGE=localhost/verl-pascal-debian12-offline:$(echo "$VERL_P
   sha256sum | cut -c1-12)
 export VERL_PASCAL_OFFLINE_IMAGE
 
+# Ansible reaches the test containers over SSH, as it reaches real boxes: one
+# connection per host, kept open by ControlPersist, with pipelining (a task is
+# one round trip; the podman connection starts three `podman exec` per task).
+# The transport is `podman exec -i CONTAINER sshd -i` (sshd on its stdin), so no
+# port is opened and a container without a network (the offline scenario) is
+# reached too. The key pair is made here; the public key is mounted as root's
+# authorized_keys (.config/molecule/config.yml); the image's host key is pinned.
+export VERL_PASCAL_SSH_DIR=$cache/molecule/ssh
+ssh_host_alias=verl-pascal-test-box
+
+# Make the key pair (once) and pin the image's host key.
+ssh_setup() {
+  mkdir -p "$VERL_PASCAL_SSH_DIR"
+  chmod 700 "$VERL_PASCAL_SSH_DIR"
+  if [[ ! -f $VERL_PASCAL_SSH_DIR/id_ed25519 ]]; then
+    ssh-keygen -q -t ed25519 -N '' -C verl-pascal-test -f "$VERL_PASCAL_SSH_DIR/id_ed25519"
+  fi
+  cp "$VERL_PASCAL_SSH_DIR/id_ed25519.pub" "$VERL_PASCAL_SSH_DIR/authorized_keys"
+  echo "$ssh_host_alias $(podman run --rm --network none "$VERL_PASCAL_IMAGE" \
+    cat /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f1,2)" >"$VERL_PASCAL_SSH_DIR/known_hosts"
+}
+
+# Print the host variables that make Ansible reach container $1 over SSH.
+ssh_host_vars() {
+  echo "# Generated: reach the container over SSH (sshd -i through podman exec)."
+  echo "ansible_connection: ssh"
+  echo "ansible_host: $1"
+  echo "ansible_user: root"
+  echo "ansible_ssh_private_key_file: $VERL_PASCAL_SSH_DIR/id_ed25519"
+  echo "ansible_ssh_common_args: >-"
+  echo "  -o \"ProxyCommand=podman exec -i %h /usr/sbin/sshd -i\""
+  echo "  -o HostKeyAlias=$ssh_host_alias -o StrictHostKeyChecking=yes"
+  echo "  -o UserKnownHostsFile=$VERL_PASCAL_SSH_DIR/known_hosts"
+  echo "ansible_ssh_pipelining: true"
+}
+
 # Build what is missing: the Debian 12 images and the stand-in artifacts.
 build_test_inputs() {
   "$root/scripts/build-base-image.sh"
+  ssh_setup
   build_offline_image
   "$root/scripts/build-standins.sh" "$VERL_PASCAL_STANDINS"
 }

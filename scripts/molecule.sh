@@ -17,6 +17,7 @@ build_test_inputs
 start_mirror
 # The instance name is p40-box unless VERL_PASCAL_INSTANCE names another (to
 # run two scenarios side by side).
-{ echo "---"; standin_host_vars; } >"$VERL_PASCAL_TEST_HOST_VARS/${VERL_PASCAL_INSTANCE:-p40-box}.yml"
+instance=${VERL_PASCAL_INSTANCE:-p40-box}
+{ echo "---"; ssh_host_vars "$instance"; standin_host_vars; } >"$VERL_PASCAL_TEST_HOST_VARS/$instance.yml"
 
 molecule "$@"
