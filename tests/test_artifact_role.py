@@ -134,3 +134,54 @@ def test_http_mirror_points_pip_at_its_flat_page(tmp_path: Path) -> None:
         proc, facts = run(tmp_path, Path(""), "", url=url)
         assert proc.returncode == 0, proc.stdout
         assert facts["pip_args"] == args
+
+
+REGISTRY_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    demo_sha256: "{{ demo_sha }}"
+    artifacts:
+      demo:
+        name: demo.run
+        url: http://upstream.example.org/demo.run
+        sha256: "{{ demo_sha256 }}"
+  tasks:
+    - ansible.builtin.include_role:
+        name: artifact
+        tasks_from: fetch
+      vars:
+        artifact_id: "{{ wanted_id }}"
+"""
+
+
+def run_registry(tmp_path: Path, mirror: Path, wanted_id: str, demo_sha: str) -> subprocess.CompletedProcess:
+    (tmp_path / "registry.yml").write_text(REGISTRY_PLAYBOOK)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"}
+    variables = {"artifact_mirror_dir": str(mirror), "artifact_mirror_url": "", "artifact_cache_dir": str(tmp_path / "cache"),
+                 "wanted_id": wanted_id, "demo_sha": demo_sha, "ansible_python_interpreter": sys.executable}
+    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "registry.yml"),
+                           "-e", json.dumps(variables)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_artifact_of_the_registry_is_fetched_by_its_id(box) -> None:
+    """The roles name a file by its registry id; its name, URL and sha256 come from the lock's entry."""
+    tmp_path, mirror = box
+    proc = run_registry(tmp_path, mirror, "demo", sha(mirror / "demo.run"))
+    assert proc.returncode == 0, proc.stdout
+    assert (tmp_path / "cache" / "demo.run").read_bytes() == (mirror / "demo.run").read_bytes()
+
+    (tmp_path / "cache" / "demo.run").unlink()
+    proc = run_registry(tmp_path, mirror, "demo", "a" * 64)  # the lock's sha256 is wrong for the file
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0 and f"Expected sha256 {'a' * 64} (artifacts.demo.sha256 in the version lock)" in out
+    assert not (tmp_path / "cache" / "demo.run").exists()
+
+
+def test_an_id_not_in_the_registry_is_refused_naming_the_ids(box) -> None:
+    tmp_path, mirror = box
+    proc = run_registry(tmp_path, mirror, "nope", sha(mirror / "demo.run"))
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0 and "No artifact nope in the artifact registry" in out and "it has demo" in out
+    assert not (tmp_path / "cache").exists()

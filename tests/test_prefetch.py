@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,15 +42,20 @@ def blob(n: int, seed: int = 1) -> bytes:
     return random.Random(seed).randbytes(n)
 
 
+def registry(**entries: Dict[str, object]) -> str:
+    """A lock's artifact registry (``artifacts: {id: {url, sha256, ...}}``), as YAML."""
+    return yaml.safe_dump({"artifacts": entries}, sort_keys=True)
+
+
 def write_lock(path: Path, server: Upstream, files: Dict[str, bytes], sizes: bool = True) -> Path:
-    """A lock with one ``<key>_url``/``_sha256``(/``_size``) entry per file; key = name without dots."""
-    lines = ["---"]
+    """A lock whose registry has one entry per file; id = name without dots."""
+    entries: Dict[str, Dict[str, object]] = {}
     for name, data in files.items():
         key = name.replace(".", "_").replace("-", "_")
-        lines += [f"{key}_url: {server.url}/{name}", f"{key}_sha256: {sha(data)}"]
+        entries[key] = {"url": f"{server.url}/{name}", "sha256": sha(data)}
         if sizes:
-            lines.append(f"{key}_size: {len(data)}")
-    path.write_text("\n".join(lines) + "\n")
+            entries[key]["size"] = len(data)
+    path.write_text("---\n" + registry(**entries))
     return path
 
 
@@ -86,7 +92,10 @@ def test_real_lock_has_cuda_and_cudnn() -> None:
                          "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz")
     assert cudnn.sha256 == "a3e2509028cecda0117ce5a0f42106346e82e86d390f4bb9475afc976c77402e"
     assert (cudnn.path, cudnn.size) == ("cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz", 860967256)
-    assert "artifact_mirror" not in by_key  # artifact_mirror_url has no sha256: not an artifact
+    # The registry, and nothing else: the roles fetch these four by id.
+    assert sorted(k for k in by_key if not k.startswith("verl_releases[")) == [
+        "apex_archive", "cuda_runfile", "cudnn_archive", "miniforge_installer"]
+    assert by_key["miniforge_installer"].path == "Miniforge3-26.3.2-3-Linux-x86_64.sh"
 
 
 def test_real_lock_renders_jinja_settings() -> None:
@@ -98,17 +107,21 @@ def test_real_lock_renders_jinja_settings() -> None:
 
 SYNTHETIC = """---
 miniforge_version: "24.11.3-0"
-miniforge_url: "https://github.com/conda-forge/miniforge/releases/download/{{ miniforge_version }}/Miniforge3-{{ miniforge_version }}-Linux-x86_64.sh"
-miniforge_sha256: "{{ miniforge_sha }}"
 miniforge_sha: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
 apex_commit: 0123abc
-apex_url: "https://github.com/NVIDIA/apex/archive/{{ apex_commit }}.tar.gz"
-apex_name: "apex-{{ apex_commit }}.tar.gz"
-apex_sha256: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-apex_size: "1234"
-todo_url: https://example.org/todo.bin
-todo_sha256: ""
 artifact_mirror_url: http://mirror:8080
+artifacts:
+  miniforge:
+    url: "https://github.com/conda-forge/miniforge/releases/download/{{ miniforge_version }}/Miniforge3-{{ miniforge_version }}-Linux-x86_64.sh"
+    sha256: "{{ miniforge_sha }}"
+  apex:
+    url: "https://github.com/NVIDIA/apex/archive/{{ apex_commit }}.tar.gz"
+    name: "apex-{{ apex_commit }}.tar.gz"
+    sha256: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+    size: "1234"
+  todo:
+    url: https://example.org/todo.bin
+    sha256: ""
 verl_releases:
   - version: "0.5.0"
     url: https://sdists.example.org/verl/verl-0.5.0.tar.gz
@@ -139,17 +152,24 @@ def test_synthetic_lock_discovery(tmp_path: Path) -> None:
         artifacts.select(found.artifacts, ["nope"])
 
 
-def test_sha256_on_a_shorter_prefix(tmp_path: Path) -> None:
-    """``miniforge_installer_url`` + ``miniforge_sha256`` (the lock's Miniforge naming)."""
+def test_only_the_registry_names_artifacts(tmp_path: Path) -> None:
+    """Entries that look like artifacts by their names are not; registry entries reference them."""
     (tmp_path / "lock.yml").write_text(
         "---\nmf_version: '1.0'\nmf_installer_name: 'MF-{{ mf_version }}.sh'\n"
         "mf_installer_url: 'https://e.org/dl/{{ mf_installer_name }}'\nmf_sha256: " + "a" * 64 + "\n"
-        "x_url: https://e.org/x.bin\nx_sha256: " + "b" * 64 + "\nx_sidecar_url: https://e.org/x.bin.sha256\n"
-        "torch_index_url: https://torch-index.example.org/whl/cu118\n")
+        "x_url: https://e.org/x.bin\nx_sha256: " + "b" * 64 + "\n"
+        + registry(mf_installer={"name": "{{ mf_installer_name }}", "url": "{{ mf_installer_url }}",
+                                 "sha256": "{{ mf_sha256 }}"}))
     found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
     by_key = {a.key: a for a in found.artifacts}
-    assert sorted(by_key) == ["mf_installer", "x"]  # x_sidecar does not take x's sha256
+    assert sorted(by_key) == ["mf_installer"] and not found.errors  # x_url/x_sha256: not in the registry
     assert (by_key["mf_installer"].path, by_key["mf_installer"].sha256) == ("MF-1.0.sh", "a" * 64)
+
+
+def test_a_lock_without_a_registry_says_so(tmp_path: Path) -> None:
+    (tmp_path / "lock.yml").write_text("---\nx_url: https://e.org/x.bin\nx_sha256: " + "b" * 64 + "\n")
+    found = artifacts.discover(Lock.from_paths([tmp_path / "lock.yml"]))
+    assert not found.artifacts and "no artifact registry" in found.skipped["artifacts"]
 
 
 def test_releases_mapping_by_version(tmp_path: Path) -> None:
@@ -189,15 +209,21 @@ def test_overrides_and_directory_lock(tmp_path: Path) -> None:
         parse_overrides(["no-equals-sign"])
 
 
+A64 = "a" * 64
+
+
 @pytest.mark.parametrize("text, message", [
-    ("x_url: https://e.org/x.bin\nx_sha256: 1234\n", "not a sha256"),
-    ("x_url: ftp://e.org/x.bin\nx_sha256: " + "a" * 64 + "\n", "not an http"),
-    ("x_url: https://e.org/x.bin\nx_sha256: " + "a" * 64 + "\nx_size: big\n", "not a size"),
-    ("x_url: https://e.org/{{ nope }}\nx_sha256: " + "a" * 64 + "\n", "undefined variable"),
-    ("x_url: https://e.org/{{ y }}\ny: '{{ x_url }}'\nx_sha256: " + "a" * 64 + "\n", "template loop"),
-    ("x_url: https://e.org/a/x.bin\nx_sha256: " + "a" * 64 + "\ny_url: https://e.org/b/x.bin\ny_sha256: "
-     + "b" * 64 + "\n", "also x's"),
-    ("x_url: https://e.org/x/\nx_sha256: " + "a" * 64 + "\n", "plain file name"),
+    (registry(x={"url": "https://e.org/x.bin", "sha256": "1234"}), "not a sha256"),
+    (registry(x={"url": "ftp://e.org/x.bin", "sha256": A64}), "not an http"),
+    (registry(x={"url": "https://e.org/x.bin", "sha256": A64, "size": "big"}), "not a size"),
+    (registry(x={"url": "https://e.org/{{ nope }}", "sha256": A64}), "undefined variable"),
+    ("x_url: https://e.org/{{ y }}\ny: '{{ x_url }}'\n" + registry(x={"url": "{{ x_url }}", "sha256": A64}),
+     "template loop"),
+    (registry(x={"url": "https://e.org/a/x.bin", "sha256": A64}, y={"url": "https://e.org/b/x.bin", "sha256": "b" * 64}),
+     "also x's"),
+    (registry(x={"url": "https://e.org/x/", "sha256": A64}), "plain file name"),
+    (registry(x={"url": "https://e.org/x.bin"}), "needs at least url and sha256"),
+    ("artifacts: [a, b]\n", "not a mapping"),
 ])
 def test_bad_lock_entries(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "lock.yml").write_text("---\n" + text)
@@ -206,7 +232,7 @@ def test_bad_lock_entries(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_lock_error_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    (tmp_path / "lock.yml").write_text("---\nx_url: https://e.org/x.bin\nx_sha256: 1234\n")
+    (tmp_path / "lock.yml").write_text("---\n" + registry(x={"url": "https://e.org/x.bin", "sha256": "1234"}))
     code, _, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(tmp_path / "m"))
     assert code == 2 and "not a sha256" in err
     code, _, err = prefetch(capsys, "--mirror", str(tmp_path / "m"), "--only", "no_such_thing")
@@ -313,7 +339,7 @@ def test_wrong_bytes_are_caught_and_removed(env, capsys: pytest.CaptureFixture) 
 def test_size_contradicting_lock_is_final(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with Upstream({"x.bin": b"12345"}) as server:
         lock = tmp_path / "lock.yml"
-        lock.write_text(f"---\nx_url: {server.url}/x.bin\nx_sha256: {sha(b'12345')}\nx_size: 6\n")
+        lock.write_text("---\n" + registry(x={"url": f"{server.url}/x.bin", "sha256": sha(b"12345"), "size": 6}))
         code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(tmp_path / "m"), *FAST)
         assert code == 1 and "the lock says 6" in err
         assert len(server.log) == 1

@@ -5,9 +5,9 @@ command line. The modules:
 
 - ``lock``: read the lock the playbook reads (inventory/group_vars/all/*.yml),
   apply ``--var`` overrides and render simple ``{{ var }}`` references;
-- ``artifacts``: find every artifact in the lock (``<name>_url`` +
-  ``<name>_sha256``, and lists of ``{url, sha256}`` mappings); the list
-  ``PROVIDERS`` is the extension point for new kinds of artifacts;
+- ``artifacts``: find every artifact in the lock (the artifact registry
+  ``artifacts: {<id>: {name, url, sha256, size}}`` and the verl releases'
+  sdists); the list ``PROVIDERS`` is the extension point for new kinds;
 - ``fetch``: download one file (HTTP Range resume from the last byte received,
   bounded retries with exponential backoff, sha256 check, ``.part`` file
   renamed only when good; Ctrl-C keeps the ``.part``, a full disk deletes it);

@@ -1,24 +1,19 @@
 """Find every artifact of the stack in the lock.
 
-An artifact is one file with a URL and a sha256 the lock pins. Discovery is
-generic, so a new role's files are picked up by naming their lock entries:
+An artifact is one file with a URL and a sha256 the lock pins. The lock says
+which files those are, in two places, and nothing is guessed from names:
 
-- ``<name>_url`` + ``<name>_sha256`` (+ optional ``<name>_size``; the file
-  name is ``<name>_name`` or else the URL's basename): ``cuda_runfile_*``,
-  ``cudnn_archive_*``, ``apex_archive_*``, ... The sha256 (and size, name)
-  may sit on a shorter prefix of ``<name>``: ``miniforge_installer_url``
-  with ``miniforge_sha256``, as long as no ``miniforge_url`` claims it.
-- a list (or a mapping) of mappings that each hold ``url`` and ``sha256``
-  (+ optional ``name`` or ``sdist`` for the file name, ``size``, ``version``),
-  for example ``verl_releases: {"0.5.0": {sdist: ..., url: ..., sha256: ...}}``:
-  each item is the artifact ``<key>[<version, mapping key or index>]``. An item
-  without ``url`` but with an ``sdist`` name ``<project>-<version>.tar.gz``
-  (the lock's ``verl_releases``) is looked up by that exact file name on the
-  package index's simple API (pip's index; see ``sdists``) and downloaded and
-  checked like any other file; its ``url`` here is the placeholder
-  ``pip:<project>==<version>``, the manifest records the URL it came from. No
-  ``pip download``: pip would run the sdist's setup.py before the check.
-  An item with neither is not an artifact (nothing says where to fetch it).
+- the artifact registry, ``artifacts: {<id>: {name, url, sha256, size}}``
+  (``size`` optional; ``name`` defaults to the URL's basename): the files the
+  roles fetch by id (CUDA runfile, cuDNN, Miniforge, apex). Each is the
+  artifact ``<id>``. An entry with an empty sha256 is skipped with a warning.
+- the verl releases, ``verl_releases: {<version>: {sdist, sha256}}`` (the
+  release folders): each is the artifact ``verl_releases[<version>]``, looked
+  up by that exact file name on the package index's simple API (pip's index;
+  see ``sdists``) and downloaded and checked like any other file; its ``url``
+  here is the placeholder ``pip:<project>==<version>``, the manifest records
+  the URL it came from. No ``pip download``: pip would run the sdist's
+  setup.py before the check. An item with a ``url`` is fetched from there.
 
 ``PROVIDERS`` is the extension point: a provider takes the ``Lock`` and
 returns a ``Discovery``. The model snapshot and the dataset (a later issue)
@@ -135,57 +130,34 @@ def pip_sdist_artifact(key: str, name: Any, sha256: Any, size: Any = None) -> Ar
                     sha256=check_sha256(sha256), size=check_size(size), source=PIP_SDIST)
 
 
-def _pinned(lock: Lock, key: str, sha_key: str, discovery: Discovery) -> bool:
-    """False (with a warning) for an entry whose sha256 is empty: nothing to check it with."""
-    if lock.raw.get(sha_key) in (None, ""):
-        discovery.skipped[key] = f"{sha_key} is empty: not fetched (nothing to check it against)"
-        return False
-    return True
+#: The lock entry that holds the artifact registry, and the one of the verl releases.
+REGISTRY = "artifacts"
+RELEASES = "verl_releases"
 
 
-def sha256_key(lock: Lock, key: str) -> Optional[str]:
-    """The lock entry holding ``<key>``'s sha256: ``<key>_sha256``, else that of a shorter prefix.
-
-    ``miniforge_installer_url`` takes ``miniforge_sha256`` unless a
-    ``miniforge_url`` exists (then that sha256 is ``miniforge_url``'s).
-    """
-    parts = key.split("_")
-    for n in range(len(parts), 0, -1):
-        prefix = "_".join(parts[:n])
-        if f"{prefix}_sha256" in lock and (n == len(parts) or f"{prefix}_url" not in lock):
-            return f"{prefix}_sha256"
-    return None
-
-
-def _lookup(lock: Lock, key: str, sha_key: str, field_name: str) -> Any:
-    """``<key>_<field>``, else ``<sha prefix>_<field>`` (name, size)."""
-    prefix = sha_key[: -len("_sha256")]
-    for var in (f"{key}_{field_name}", f"{prefix}_{field_name}"):
-        if var in lock:
-            return lock.get(var)
-    return None
-
-
-def from_url_entries(lock: Lock) -> Discovery:
-    """``<name>_url`` with a ``<name>_sha256`` (or a shorter prefix's ``_sha256``) beside it."""
+def from_registry(lock: Lock) -> Discovery:
+    """Every entry of the artifact registry (``artifacts: {<id>: {name, url, sha256, size}}``)."""
     found = Discovery()
-    for var in lock.names():
-        if not var.endswith("_url"):
+    if REGISTRY not in lock:
+        found.skipped[REGISTRY] = f"the lock has no artifact registry ({REGISTRY}: {{<id>: {{name, url, sha256}}}})"
+        return found
+    try:
+        registry = lock.get(REGISTRY)
+    except LockError as exc:
+        found.errors[REGISTRY] = str(exc)
+        return found
+    if not isinstance(registry, dict):
+        found.errors[REGISTRY] = f"{REGISTRY} is not a mapping of ids to {{name, url, sha256}}"
+        return found
+    for key, entry in sorted(registry.items()):
+        if not isinstance(entry, dict) or "url" not in entry or "sha256" not in entry:
+            found.errors[key] = f"{REGISTRY}.{key} needs at least url and sha256"
             continue
-        key = var[: -len("_url")]
-        sha_key = sha256_key(lock, key)
-        if sha_key is None or not _pinned(lock, key, sha_key, found):
+        if entry.get("sha256") in (None, ""):
+            found.skipped[key] = f"{REGISTRY}.{key}.sha256 is empty: not fetched (nothing to check it against)"
             continue
         try:
-            found.artifacts.append(
-                make_artifact(
-                    key,
-                    lock.get(var),
-                    lock.get(sha_key),
-                    _lookup(lock, key, sha_key, "size"),
-                    _lookup(lock, key, sha_key, "name"),
-                )
-            )
+            found.artifacts.append(make_artifact(key, entry["url"], entry["sha256"], entry.get("size"), entry.get("name")))
         except LockError as exc:
             found.errors[key] = str(exc)
     return found
@@ -199,39 +171,37 @@ def _items(value: Any) -> Iterable[tuple]:
     return ()
 
 
-def from_list_entries(lock: Lock) -> Discovery:
-    """Lists (or mappings) of ``{url, sha256, [name, size, version]}`` items."""
+def from_releases(lock: Lock) -> Discovery:
+    """The sdist of each verl release (``verl_releases: {<version>: {sdist, sha256, [url, size]}}``)."""
     found = Discovery()
-    for var in lock.names():
-        raw = lock.raw[var]
-        if not any(isinstance(item, dict) and "sha256" in item for _, item in _items(raw)):
+    if RELEASES not in lock:
+        return found
+    try:
+        value = lock.get(RELEASES)
+    except LockError as exc:
+        found.errors[RELEASES] = str(exc)
+        return found
+    for label, item in _items(value):
+        if not isinstance(item, dict):
             continue
-        try:
-            value = lock.get(var)
-        except LockError as exc:
-            found.errors[var] = str(exc)
+        key = f"{RELEASES}[{item.get('version', label)}]"
+        if item.get("sha256") in (None, ""):
+            found.skipped[key] = "sha256 is empty: not fetched"
             continue
-        for label, item in _items(value):
-            if not isinstance(item, dict) or "sha256" not in item:
-                continue
-            key = f"{var}[{item.get('version', label)}]"
-            if item.get("sha256") in (None, ""):
-                found.skipped[key] = "sha256 is empty: not fetched"
-                continue
-            if "url" not in item:
-                if not item.get("sdist"):
-                    found.skipped[key] = "has a sha256 but no url or sdist: not fetched (add url: to the lock entry)"
-                    continue
-                try:
-                    found.artifacts.append(pip_sdist_artifact(key, item["sdist"], item["sha256"], item.get("size")))
-                except LockError as exc:
-                    found.errors[key] = str(exc)
+        if "url" not in item:
+            if not item.get("sdist"):
+                found.skipped[key] = "has a sha256 but no url or sdist: not fetched (add url: to the lock entry)"
                 continue
             try:
-                name = item.get("name") or item.get("sdist")
-                found.artifacts.append(make_artifact(key, item["url"], item["sha256"], item.get("size"), name))
+                found.artifacts.append(pip_sdist_artifact(key, item["sdist"], item["sha256"], item.get("size")))
             except LockError as exc:
                 found.errors[key] = str(exc)
+            continue
+        try:
+            name = item.get("name") or item.get("sdist")
+            found.artifacts.append(make_artifact(key, item["url"], item["sha256"], item.get("size"), name))
+        except LockError as exc:
+            found.errors[key] = str(exc)
     return found
 
 
@@ -239,7 +209,7 @@ Provider = Callable[[Lock], Discovery]
 
 #: Every artifact source. Append a provider here to add a kind of artifact
 #: (the hub snapshot and dataset provider of a later issue goes here).
-PROVIDERS: List[Provider] = [from_url_entries, from_list_entries]
+PROVIDERS: List[Provider] = [from_registry, from_releases]
 
 
 def discover(lock: Lock, providers: Sequence[Provider] = ()) -> Discovery:
