@@ -17,7 +17,10 @@ mkdir -p "$VERL_PASCAL_APT_CACHE"
 # the generated host vars). Only that user writes it, and the conda role hands
 # it to that user: it is never this machine's own pip cache, which root fills
 # (a cache root writes first has directories the training user cannot write).
-export VERL_PASCAL_BOX_PIP_CACHE=${VERL_PASCAL_BOX_PIP_CACHE:-/var/cache/verl-pascal-test/box-pip}
+# One per instance name too: the shared prepare puts root-owned directories in
+# it (the fault the conda role must repair), and a scenario in the other lane
+# would see its cache change under it.
+export VERL_PASCAL_BOX_PIP_CACHE=${VERL_PASCAL_BOX_PIP_CACHE:-/var/cache/verl-pascal-test/box-pip/${VERL_PASCAL_INSTANCE:-p40-box}}
 mkdir -p "$VERL_PASCAL_BOX_PIP_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
@@ -71,7 +74,7 @@ build_test_inputs() {
   "$root/scripts/build-base-image.sh"
   ssh_setup
   build_offline_image
-  "$root/scripts/build-standins.sh" "$VERL_PASCAL_STANDINS"
+  "$venv/bin/python" -m verl_pascal.standins.build "$VERL_PASCAL_STANDINS"
 }
 
 # Build (or reuse) VERL_PASCAL_OFFLINE_IMAGE from the base image, with the network.
