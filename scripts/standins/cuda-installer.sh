@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # STAND-IN for NVIDIA's CUDA 11.8 runfile installer (cuda-installer), packed by
-# scripts/build-standins.sh into a makeself archive. CI cannot download the real
+# verl-pascal-standins into a makeself archive. CI cannot download the real
 # 4.3 GB runfile, so this script honours the same flags and writes the same
 # layout, with tiny files. It is never used on a real box.
 set -euo pipefail

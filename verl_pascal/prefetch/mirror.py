@@ -1,6 +1,6 @@
 """The mirror's records: manifest.json and SHA256SUMS, and ``--verify``.
 
-manifest.json keeps the shape scripts/build-standins.sh writes,
+manifest.json keeps the shape the stand-in builder first wrote,
 ``{"format": 1, "files": [{"name", "url", "size", "sha256"}, ...]}``, where
 ``name`` is the path relative to the mirror (a top-level file name, or
 ``simple/<project>/<wheel>``), and adds optional keys: ``key`` (the lock

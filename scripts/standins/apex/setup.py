@@ -1,6 +1,6 @@
 """STAND-IN for NVIDIA apex's setup.py (verl-pascal, CI only).
 
-CI cannot reach GitHub, so scripts/build-standins.sh packs this tree as the
+CI cannot reach GitHub, so verl-pascal-standins packs this tree as the
 apex source archive. Like apex it builds its extensions only when asked, in
 either flag style:
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # STAND-IN for the Miniforge3 installer (verl-pascal, CI only). CI cannot reach
-# GitHub or conda-forge, so scripts/build-standins.sh builds this self-extracting
+# GitHub or conda-forge, so verl-pascal-standins builds this self-extracting
 # shell installer: the same flags as the real one (-b batch, -p PREFIX, -u
 # update in place), and a payload whose `conda` (scripts/standins/miniforge/conda)
 # implements only what verl-pascal's conda role runs, with the container's own
