@@ -170,3 +170,32 @@ def test_a_worker_killed_without_atexit_still_leaves_its_summary(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     (summary,) = guard.summaries_in(str(tmp_path))
     assert summary["violations"] == 0
+
+
+def test_the_inductor_hook_waits_for_its_module_and_fires_on_a_gpu_kernel(tmp_path: Path) -> None:
+    """The hook is placed when the module is imported, never earlier; CPU kernels pass, GPU ones are refused."""
+    from verl_pascal.p40_rules import triton_rules
+
+    package = tmp_path / "fakeinductor_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "async_compile.py").write_text(
+        "class AsyncCompile:\n    def triton(self, kernel_name, source_code, device_str='cuda'):\n"
+        "        return (kernel_name, device_str)\n")
+    sys.path.insert(0, str(tmp_path))
+    seen: list = []
+    try:
+        finder = triton_rules.AfterImport("fakeinductor_pkg.async_compile",
+                                          lambda module: triton_rules._hook_inductor(module, seen.append))
+        finder.install()
+        assert finder in sys.meta_path
+        import fakeinductor_pkg.async_compile as compiled  # noqa: E402  (the import the hook waits for)
+
+        assert finder not in sys.meta_path
+        assert compiled.AsyncCompile().triton("k_cpu", "", "cpu") == ("k_cpu", "cpu") and seen == []
+        assert compiled.AsyncCompile().triton("k_gpu", "") == ("k_gpu", "cuda")
+        assert [(v.op, v.rule) for v in seen] == [("triton (torch.compile/Inductor)", "Triton kernel")]
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("fakeinductor_pkg.async_compile", "fakeinductor_pkg"):
+            sys.modules.pop(name, None)

@@ -10,7 +10,9 @@ an H200 proves nothing about a P40 unless it is held to the same limits:
 * TF32 stays off (Pascal has no tensor cores: fp32 means fp32);
 * a guard fails the run on any bf16 or fp16 floating-point result on the GPU,
   and on any flash or cuDNN attention kernel (the memory-efficient SDPA kernel,
-  which runs on sm_50+ in fp32, is allowed).
+  which runs on sm_50+ in fp32, is allowed);
+* and on any Triton kernel compiled or launched (Triton refuses compute
+  capability < 7.0), torch.compile's Inductor kernels included (triton_rules).
 
 The guard is a ``TorchDispatchMode``: it sees every ATen op with its real
 arguments and result, including the SDPA backend PyTorch picked. It only judges
@@ -85,7 +87,21 @@ class P40RulesMode(TorchDispatchMode):
         self.on_violation = on_violation
         self.violations: List[Violation] = []
         self.ops_seen = 0
+        # What activate() hooked in Triton (triton_rules.install); empty without Triton.
+        self.triton_hooks: List[str] = []
         self._forbidden_name: Dict[Any, bool] = {}
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile compile under the guard.
+
+        Dynamo does not compile under a dispatch mode that says otherwise: it
+        runs the function eagerly, so a run that a P40 fails (Triton refuses
+        it) would pass here. With this, Inductor compiles as it would on the
+        P40, and triton_rules refuses each Triton kernel it makes (torch 2.8
+        and later ask modes this; older ones compile nothing under the guard).
+        """
+        return True
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -174,7 +190,7 @@ def _write_summary(report_dir: Optional[str], mode: "P40RulesMode") -> None:
     os.makedirs(report_dir, exist_ok=True)
     path = os.path.join(report_dir, f"summary-{os.getpid()}.json")
     payload = {"pid": os.getpid(), "time": time.time(), "ops_seen": mode.ops_seen,
-               "violations": len(mode.violations), **_peak_memory()}
+               "violations": len(mode.violations), "triton_hooks": mode.triton_hooks, **_peak_memory()}
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(payload, f)
     os.replace(path + ".tmp", path)
@@ -235,6 +251,11 @@ def activate(settings: Settings) -> P40RulesMode:
         _write_summary(settings.report_dir, mode)
 
     if settings.guard:  # off only to measure the guard's own cost
+        # Triton kernels are no ATen ops: hook Triton itself (triton_rules).
+        from . import triton_rules
+
+        triton_rules.inductor_in_process()
+        mode.triton_hooks = triton_rules.install(mode._report)  # noqa: SLF001
         mode.__enter__()
         _enter_in_new_threads(mode)
     atexit.register(summary)
