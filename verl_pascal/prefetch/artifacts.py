@@ -135,16 +135,23 @@ REGISTRY = "artifacts"
 RELEASES = "verl_releases"
 
 
+def _rendered(lock: Lock, name: str, found: Discovery) -> Any:
+    """Lock entry ``name``, rendered; None (with the error recorded in ``found``) when it cannot be."""
+    try:
+        return lock.get(name)
+    except LockError as exc:
+        found.errors[name] = str(exc)
+        return None
+
+
 def from_registry(lock: Lock) -> Discovery:
     """Every entry of the artifact registry (``artifacts: {<id>: {name, url, sha256, size}}``)."""
     found = Discovery()
     if REGISTRY not in lock:
         found.skipped[REGISTRY] = f"the lock has no artifact registry ({REGISTRY}: {{<id>: {{name, url, sha256}}}})"
         return found
-    try:
-        registry = lock.get(REGISTRY)
-    except LockError as exc:
-        found.errors[REGISTRY] = str(exc)
+    registry = _rendered(lock, REGISTRY, found)
+    if registry is None:
         return found
     if not isinstance(registry, dict):
         found.errors[REGISTRY] = f"{REGISTRY} is not a mapping of ids to {{name, url, sha256}}"
@@ -176,11 +183,7 @@ def from_releases(lock: Lock) -> Discovery:
     found = Discovery()
     if RELEASES not in lock:
         return found
-    try:
-        value = lock.get(RELEASES)
-    except LockError as exc:
-        found.errors[RELEASES] = str(exc)
-        return found
+    value = _rendered(lock, RELEASES, found)
     for label, item in _items(value):
         if not isinstance(item, dict):
             continue
