@@ -697,7 +697,7 @@ def test_sdist_without_url_comes_from_the_index_and_is_checked(tmp_path: Path, c
     files["simple/vp-demo/"] = simple_page({good.name: sha(good.read_bytes()), "vp-demo-1.0-py3-none-any.whl": None})
     files["simple/vp-other/"] = simple_page({other.name: None})  # no hash on the page: downloaded, then checked
     lock = tmp_path / "lock.yml"
-    lock.write_text("---\nreleases:\n"
+    lock.write_text("---\nverl_releases:\n"
                     f"  '1.0': {{sdist: {good.name}, sha256: {sha(good.read_bytes())}}}\n"
                     f"  '2.0': {{sdist: {other.name}, sha256: {'e' * 64}}}\n"  # a lock entry that does not match
                     f"  '3.0': {{sdist: vp-demo-3.0.tar.gz, sha256: {'f' * 64}}}\n"  # not on the index
@@ -715,7 +715,7 @@ def test_sdist_without_url_comes_from_the_index_and_is_checked(tmp_path: Path, c
         entries = {e["name"]: e for e in json.loads((mirror / "manifest.json").read_text())["files"]}
         assert sorted(entries) == [good.name]
         assert entries[good.name]["url"] == f"{server.url}/files/{good.name}"
-        assert entries[good.name]["key"] == "releases[1.0]"
+        assert entries[good.name]["key"] == "verl_releases[1.0]"
         assert f"{sha(good.read_bytes())}  {good.name}" in (mirror / "SHA256SUMS").read_text()
         # Present with the right sha256: the index is not asked again.
         server.log.clear()
