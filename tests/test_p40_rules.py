@@ -172,8 +172,11 @@ def test_a_worker_killed_without_atexit_still_leaves_its_summary(tmp_path: Path)
     assert summary["violations"] == 0
 
 
-def test_the_inductor_hook_waits_for_its_module_and_fires_on_a_gpu_kernel(tmp_path: Path) -> None:
-    """The hook is placed when the module is imported, never earlier; CPU kernels pass, GPU ones are refused."""
+def test_the_inductor_hook_waits_for_its_module_and_fires_on_a_gpu_kernel(tmp_path: Path, monkeypatch) -> None:
+    """The hook is placed when the module is imported, never earlier; CPU kernels pass, GPU ones are refused.
+
+    The module is a STAND-IN with the signature of Inductor's AsyncCompile.triton (the real one is
+    exercised on a GPU by tests/test_gpu_triton_rule.py)."""
     from verl_pascal.p40_rules import triton_rules
 
     package = tmp_path / "fakeinductor_pkg"
@@ -182,7 +185,7 @@ def test_the_inductor_hook_waits_for_its_module_and_fires_on_a_gpu_kernel(tmp_pa
     (package / "async_compile.py").write_text(
         "class AsyncCompile:\n    def triton(self, kernel_name, source_code, device_str='cuda'):\n"
         "        return (kernel_name, device_str)\n")
-    sys.path.insert(0, str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
     seen: list = []
     try:
         finder = triton_rules.AfterImport("fakeinductor_pkg.async_compile",
@@ -196,6 +199,5 @@ def test_the_inductor_hook_waits_for_its_module_and_fires_on_a_gpu_kernel(tmp_pa
         assert compiled.AsyncCompile().triton("k_gpu", "") == ("k_gpu", "cuda")
         assert [(v.op, v.rule) for v in seen] == [("triton (torch.compile/Inductor)", "Triton kernel")]
     finally:
-        sys.path.remove(str(tmp_path))
         for name in ("fakeinductor_pkg.async_compile", "fakeinductor_pkg"):
             sys.modules.pop(name, None)
