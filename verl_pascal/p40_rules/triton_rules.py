@@ -89,8 +89,7 @@ def _hook_jit(triton: Any, report: Report) -> List[str]:
 
 def _hook_launch(triton: Any, report: Report) -> List[str]:
     def enter(metadata: Any) -> None:
-        name = getattr(metadata, "name", None) or getattr(getattr(metadata, "data", None), "get", lambda _k: None)("name")
-        report(Violation("triton launch", RULE, f"{name or 'a compiled kernel'}: {DETAIL}"))
+        report(Violation("triton launch", RULE, f"{getattr(metadata, 'name', None) or 'a compiled kernel'}: {DETAIL}"))
 
     knobs = getattr(triton, "knobs", None)
     runtime = getattr(knobs, "runtime", None)
