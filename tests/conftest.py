@@ -19,6 +19,14 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Ansible's module_utils, imported in-process by the tests of our modules, replace
+# sys.intern with a callable object; torch's Dynamo, if first imported after that
+# (transformers' generate imports it), refuses to register it. So Dynamo goes first.
+try:
+    import torch._dynamo  # noqa: F401
+except ImportError:  # the tests that need torch skip without it
+    pass
+
 
 
 # --------------------------------------------------------------------------
@@ -26,6 +34,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # $VERL_PASCAL_SDIST_CACHE (default ~/.cache/verl-pascal/sdists); tests that
 # need them skip, saying why, when PyPI cannot be reached.
 # --------------------------------------------------------------------------
+
+
+#: Releases without a folder that tests open all the same (to show they are refused).
+UNSUPPORTED_SDIST_SHA256 = {"0.6.0": "806ec5212f42c6a39143754ce86d2df28ab1373762d35846ca7b022bcb7b1402"}
+
+
+def sdist_sha256(version: str) -> str:
+    """The sha256 a test checks before opening verl==version's sdist: its release folder's, or the one above."""
+    from verl_pascal import verl_releases
+
+    if version in verl_releases.versions():
+        return str(verl_releases.read(version)["sha256"])
+    return UNSUPPORTED_SDIST_SHA256[version]
 
 
 def _cache_dir() -> Path:
@@ -42,7 +63,7 @@ def sdist() -> Callable[[str], Path]:
     def get(version: str) -> Path:
         target = cache / ("verl-%s.tar.gz" % version)
         if target.is_file():
-            return target
+            return _verified(target, version)
         if version in failures:
             pytest.skip(failures[version])
         cache.mkdir(parents=True, exist_ok=True)
@@ -60,9 +81,19 @@ def sdist() -> Callable[[str], Path]:
                 " | ".join(detail),
             )
             pytest.skip(failures[version])
-        return target
+        return _verified(target, version)
 
     return get
+
+
+def _verified(path: Path, version: str) -> Path:
+    import hashlib
+
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sdist_sha256(version):
+        path.unlink()  # the next run downloads it again
+        pytest.fail("%s has sha256 %s, not %s: removed" % (path, digest, sdist_sha256(version)))
+    return path
 
 
 @pytest.fixture(scope="session")
