@@ -80,7 +80,7 @@ LOCK_FILES = sorted(LOCKS.glob("verl-*/py*-torch*.txt"))
 def test_every_locked_release_has_both_pairs():
     """A release folder with a lock has both: the env's (Python 3.10, torch 2.6) and CI's."""
     versions = sorted(p.parent.name for p in LOCKS.glob("verl-*/requirements.in"))
-    assert versions == ["verl-0.4.1", "verl-0.5.0"]
+    assert versions == ["verl-0.4.1", "verl-0.5.0", "verl-0.6.1"]
     for version in versions:
         got = sorted(p.name for p in (LOCKS / version).glob("py*-torch*.txt"))
         assert got == ["py3.10-torch2.6.txt", "py3.11-torch2.13.txt"], version
@@ -95,6 +95,15 @@ def test_locks_pin_exactly_and_leave_torch_alone(lock):
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+", pin), pin
         name = pin.split("==")[0].lower()
         assert name not in ("torch", "triton") and not name.startswith(("nvidia-", "cuda-")), pin
+
+
+@pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+def test_locked_datasets_imports_with_the_locked_pyarrow(lock):
+    """datasets before 2.20 subclasses pyarrow.PyExtensionType, which pyarrow 21 removed: such a pair
+    installs, then verl's trainer fails at `import datasets`. A lock must not pin that pair."""
+    pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
+    datasets, pyarrow = (tuple(int(x) for x in pins[n].split(".")[:2]) for n in ("datasets", "pyarrow"))
+    assert pyarrow < (21, 0) or datasets >= (2, 20), (pins["datasets"], pins["pyarrow"])
 
 
 def test_probe_reads_this_python(capsys):
