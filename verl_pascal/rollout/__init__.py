@@ -7,4 +7,12 @@ those releases (box-side code, installed into the training env):
 - ``generate``: the generation core, on torch and transformers alone: fp32,
   the ``sdpa`` attention, KV cache, left-padded prompt batches, stop at EOS,
   verl's sampling settings, and the batch layout verl's trainer reads.
+- ``engine``: the model, built around the FSDP actor's weights for one
+  generation and dropped after it (no second copy kept between steps).
+- ``verl_adapter``: verl's rollout interface (0.6.x, sync); importing it
+  registers the rollout as ``("hf", "sync")``. The launch script names it in
+  ``VERL_USE_EXTERNAL_MODULES`` for the releases whose folder says so.
+- ``check``: ``python -m verl_pascal.rollout.check`` builds the rollout through
+  verl's registry on a box and compares what it generates with the model's own
+  output (``playbooks/verify.yml`` runs it).
 """

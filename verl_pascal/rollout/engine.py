@@ -1,0 +1,117 @@
+"""The rollout's model: built from the FSDP actor's weights for one generation, dropped after it.
+
+A 24 GB card has no room for a second copy of the policy. So the rollout keeps
+no weights of its own between steps: for each generation verl hands it the
+actor's current weights as ``(name, tensor)`` pairs, and the engine builds the
+Hugging Face model around those very tensors (a skeleton whose parameters are
+on the ``meta`` device, filled with ``load_state_dict(assign=True)``: no copy
+when the dtype and device already match). ``release`` drops the model, so the
+memory goes back to training as soon as verl lets go of its own references.
+
+Only torch and transformers (and accelerate, for the skeleton) are used here;
+the verl side is :mod:`verl_pascal.rollout.verl_adapter`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import torch
+
+from verl_pascal.rollout import generate as gen
+
+#: Names a rollout config may give its dtype, and the dtype each means.
+DTYPES: Mapping[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32, "32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16, "16": torch.float16,
+}
+
+
+class RolloutError(RuntimeError):
+    """The rollout cannot do what it was asked; the message says what to change."""
+
+
+def dtype_of(name: Any) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[str(name).lower()]
+    except KeyError:
+        raise RolloutError(f"actor_rollout_ref.rollout.dtype={name!r} is not one of {sorted(DTYPES)}") from None
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def unsupported(config: Any) -> List[str]:
+    """What this rollout cannot do that the rollout config asks for, each with the setting to change."""
+    found = []
+    if str(_get(config, "mode", "sync")) != "sync":
+        found.append("actor_rollout_ref.rollout.mode must be sync: the Pascal rollout generates inside the worker")
+    if _get(config, "calculate_log_probs", False):
+        found.append("actor_rollout_ref.rollout.calculate_log_probs=True: the Pascal rollout does not return "
+                     "rollout log-probs; verl recomputes them with the actor")
+    if _get(config, "ignore_eos", False):
+        found.append("actor_rollout_ref.rollout.ignore_eos=True: the Pascal rollout always stops at EOS")
+    if _get(_get(config, "multi_turn", {}) or {}, "enable", False):
+        found.append("actor_rollout_ref.rollout.multi_turn.enable=True: multi-turn needs an async (server) rollout")
+    if not _get(config, "free_cache_engine", True):
+        found.append("actor_rollout_ref.rollout.free_cache_engine=False would keep a full copy of the weights on "
+                     "the GPU through training: set it True")
+    return found
+
+
+def empty_model(hf_config: Any, attn_implementation: str) -> torch.nn.Module:
+    """The causal LM for ``hf_config`` with every parameter on the meta device (no memory), buffers real."""
+    import transformers
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        return transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation=attn_implementation)
+
+
+@dataclass
+class HFEngine:
+    """The rollout model for one device: ``load`` per generation, ``release`` after it."""
+
+    hf_config: Any
+    device: torch.device
+    dtype: torch.dtype = torch.float32
+    attn_implementation: str = "sdpa"
+    model: Optional[torch.nn.Module] = None
+
+    def load(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
+        """Build the model around ``weights`` (moved or cast only where their device or dtype differ)."""
+        self.release()
+        model = empty_model(self.hf_config, self.attn_implementation)
+        state = {name: tensor.to(device=self.device, dtype=self.dtype) for name, tensor in weights}
+        result = model.load_state_dict(state, strict=False, assign=True)
+        del state
+        model.tie_weights()  # lm_head shares the embedding where the config ties them
+        missing = sorted(name for name, param in model.named_parameters() if param.is_meta)
+        if missing or result.unexpected_keys:
+            raise RolloutError(
+                "the actor's weights do not fit the model config: "
+                f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
+                f"unexpected {sorted(result.unexpected_keys)[:5]}")
+        model.to(self.device)  # the buffers (rotary frequencies); the parameters are there already
+        model.requires_grad_(False)
+        self.model = model.eval()
+
+    def release(self) -> None:
+        self.model = None
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 sampling: gen.Sampling, eos_token_id: gen.EosIds, pad_token_id: int) -> Dict[str, torch.Tensor]:
+        if self.model is None:
+            raise RolloutError("the rollout has no weights: verl must call update_weights before generating")
+        if position_ids.dim() != 2:
+            raise RolloutError("the Pascal rollout generates text only (position_ids of shape (batch, length))")
+        device = self.device
+        return gen.generate(self.model, input_ids.to(device), attention_mask.to(device), position_ids.to(device),
+                            sampling, eos_token_id, pad_token_id)
