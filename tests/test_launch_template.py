@@ -31,6 +31,7 @@ BASE = {
     "launch_data_dir": "/opt/verl-pascal/data/gsm8k",
     "launch_model_dir": "/opt/verl-pascal/models/Qwen2.5-0.5B-Instruct",
     "launch_param_offload": "False",
+    "launch_actor_param_offload": "False",
     "launch_optimizer_offload": "True",
 }
 
@@ -111,10 +112,10 @@ def test_dry_run_shows_the_pascal_settings(tmp_path: Path) -> None:
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.model.use_remove_padding=False",
         "critic.model.use_remove_padding=False",
-        "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-        "+actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype=fp32",
-        "+critic.model.fsdp_config.mixed_precision.buffer_dtype=fp32",
-        "+actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
+        "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "++actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype=fp32",
+        "++critic.model.fsdp_config.mixed_precision.buffer_dtype=fp32",
+        "++actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
         "actor_rollout_ref.model.enable_gradient_checkpointing=True",
         "actor_rollout_ref.actor.fsdp_config.param_offload=False",
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
@@ -203,7 +204,8 @@ def test_two_runs_started_in_the_same_second_get_two_run_directories(box: Path) 
 def test_the_actor_keeps_its_parameters_on_the_gpu_under_the_hf_rollout(
         tmp_path: Path, profile: str, rollout: str, actor_offload: str) -> None:
     """verl 0.5.0's HF rollout never loads offloaded actor parameters back (it fails on the first generate)."""
-    argv = dry_run_args(render(tmp_path, launch_profile=profile, launch_rollout=rollout, launch_param_offload="True"))
+    argv = dry_run_args(render(tmp_path, verl_version="0.5.0", launch_profile=profile, launch_rollout=rollout,
+                               launch_param_offload="True", launch_actor_param_offload="True"))
     assert f"actor_rollout_ref.actor.fsdp_config.param_offload={actor_offload}" in argv
     assert "critic.model.fsdp_config.param_offload=True" in argv
     assert "actor_rollout_ref.ref.fsdp_config.param_offload=True" in argv
@@ -235,3 +237,33 @@ def test_a_releases_own_overrides_reach_the_script_and_nothing_else_changes_with
     old = launch_render.render({**BASE, "verl_version": "0.4.1"})
     new = launch_render.render({**BASE, "verl_version": "0.5.0"})
     assert old == new and "own keys" not in new
+
+
+def test_a_release_on_the_projects_rollout_registers_it_and_lets_the_actor_offload(tmp_path: Path) -> None:
+    """verl 0.6.1 has no HF rollout of its own: the script exports the module that registers the
+    project's, and the actor's parameters follow the offload setting (the rollout gets a copy)."""
+    script = render(tmp_path, verl_version="0.6.1", launch_actor_param_offload="True")
+    assert "\nexport VERL_USE_EXTERNAL_MODULES=verl_pascal.rollout.verl_adapter\n" in script.read_text()
+    proc = subprocess.run(["bash", "-c", 'eval "$(grep ^export "$1")"; echo "$VERL_USE_EXTERNAL_MODULES"', "-",
+                           str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "verl_pascal.rollout.verl_adapter"
+    argv = dry_run_args(script)
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=True" in argv
+    assert "actor_rollout_ref.rollout.name=hf" in argv
+    for key in ("actor", "ref"):  # 0.6's autocast dtype is configuration: fp32 on the fp32 profiles
+        assert f"actor_rollout_ref.{key}.fsdp_config.dtype=fp32" in argv
+    assert "actor_rollout_ref.rollout.dtype=fp32" in argv
+
+
+def test_a_releases_profile_overrides_stay_off_other_profiles(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path, verl_version="0.6.1", launch_profile="native", launch_rollout="vllm"))
+    assert not [a for a in argv if "dtype=fp32" in a]
+
+
+def test_verls_own_hf_rollout_keeps_the_actor_on_the_gpu(tmp_path: Path) -> None:
+    script = render(tmp_path, verl_version="0.5.0", launch_actor_param_offload="True", launch_param_offload="True")
+    assert "VERL_USE_EXTERNAL_MODULES" not in script.read_text()
+    argv = dry_run_args(script)
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=False" in argv
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload=True" in argv
+    assert not [a for a in argv if a.endswith(".fsdp_config.dtype=fp32")]

@@ -59,12 +59,22 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
+    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10},
     "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
     "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
     "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13},
     "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
+    "0.6.1": [
+        ("verl/workers/critic/dp_critic.py", 61, KIND_AUTOCAST),
+        ("verl/workers/fsdp_workers.py", 1728, KIND_AUTOCAST),
+        ("verl/workers/rollout/hf_rollout.py", 111, KIND_AUTOCAST),
+        ("verl/utils/model.py", 627, KIND_ATTN),  # the critic's value head: FlashAttention-2 asked twice
+        ("verl/utils/model.py", 649, KIND_ATTN),
+        ("verl/workers/config/model.py", 121, KIND_ATTN),
+        ("verl/utils/attention_utils.py", 28, KIND_BERT),
+    ],
     "0.5.0": [
         ("verl/workers/actor/dp_actor.py", 100, KIND_AUTOCAST),
         ("verl/workers/critic/dp_critic.py", 66, KIND_AUTOCAST),
@@ -186,6 +196,15 @@ def _calls_text(text: str) -> List[str]:
     return re.findall(r"autocast\((?:[^()]|\([^()]*\))*\)", text)
 
 
+def _literals(text: str, value: str) -> List[str]:
+    """String tokens of ``text`` whose value is exactly ``value`` (the tokenizer, not the engine's AST)."""
+    import io
+    import tokenize
+
+    return [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+            if tok.type == tokenize.STRING and tok.string.strip("'\"") == value]
+
+
 @real_versions
 def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path) -> None:
     """Independent of the engine's scanner: grep-level checks on the patched package."""
@@ -195,7 +214,9 @@ def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path)
         if rel == "verl/utils/torch_dtypes.py":
             continue
         text = path.read_text(encoding="utf-8")
-        assert "flash_attention_2" not in text, rel  # every occurrence in these releases is a site
+        # Every string literal that is exactly the name is a site in these releases (prose that
+        # mentions it, such as a docstring of 0.6.1's NPU patch, is not).
+        assert not _literals(text, "flash_attention_2"), rel
         for call in _calls_text(text):
             assert "bfloat16" not in call or "enabled=False" in call, (rel, call)
         lines = text.splitlines()
@@ -409,8 +430,31 @@ def test_synthetic_rewrite_is_exact(synthetic: Path) -> None:
 
 
 def test_synthetic_unsupported_without_flag(synthetic: Path) -> None:
-    with pytest.raises(UnsupportedVersionError, match="0.0.0\\+synthetic.*supported: 0.3.0.post1, 0.4.0, 0.4.1, 0.5.0"):
+    with pytest.raises(UnsupportedVersionError, match="0.0.0\\+synthetic.*supported: 0.3.0.post1, 0.4.0, 0.4.1, 0.5.0, 0.6.1"):
         make_plan(str(synthetic), "pascal", "sdpa", releases=RELEASES)
+
+
+def test_the_release_before_a_supported_one_is_refused(extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    """0.6.0 has no folder (0.6.1 fixed its bugs): the patcher refuses it and changes nothing."""
+    tree = tmp_path / "verl-0.6.0"
+    shutil.copytree(str(extracted("0.6.0")), str(tree))
+    before = snapshot(tree)
+    with pytest.raises(UnsupportedVersionError, match="verl 0.6.0 is not supported.*0.5.0, 0.6.1"):
+        patch_tree(str(tree), "pascal", "sdpa", releases=RELEASES)
+    assert snapshot(tree) == before
+
+
+@pytest.mark.parametrize("real_tree", ["0.6.1"], indirect=True)
+def test_061_autocasts_the_actor_with_a_config_dtype_the_launch_sets(real_tree: Path) -> None:
+    """verl 0.6.1's actor (and reference) autocast with fsdp_config.dtype, not a literal the patcher
+    could find: the release folder's fp32 overrides set exactly that key."""
+    actor = (real_tree / "verl/workers/actor/dp_actor.py").read_text()
+    assert 'self.config.fsdp_config.get("dtype", "bfloat16")' in actor
+    assert "torch.autocast(device_type=self.device_name, dtype=self.param_dtype)" in actor
+    overrides = verl_releases.read("0.6.1")["profile_overrides"]["fp32"]
+    assert {"actor_rollout_ref.actor.fsdp_config.dtype=fp32", "actor_rollout_ref.ref.fsdp_config.dtype=fp32"} <= set(overrides)
+    plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert "verl/workers/actor/dp_actor.py" not in {site.file for site in plan.sites}
 
 
 def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:

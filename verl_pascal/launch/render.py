@@ -46,6 +46,7 @@ PRESET_VARIABLES = {
     "ppo_mini_batch_size": "launch_ppo_mini_batch_size",
     "micro_batch_size": "launch_micro_batch_size",
     "param_offload": "launch_param_offload",
+    "actor_param_offload": "launch_actor_param_offload",
     "optimizer_offload": "launch_optimizer_offload",
 }
 
