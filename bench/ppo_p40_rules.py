@@ -91,10 +91,19 @@ def prepare_model(work: str, shape: str) -> str:
     return out
 
 
+def sdist_version(sdist: str) -> str:
+    """verl-0.6.1.tar.gz -> 0.6.1: the release folder the launch script is rendered for."""
+    name = os.path.basename(sdist)
+    if not (name.startswith("verl-") and name.endswith(".tar.gz")):
+        raise SystemExit(f"--verl-sdist {sdist}: expected verl-<version>.tar.gz")
+    return name[len("verl-"):-len(".tar.gz")]
+
+
 def render_launch(work: str, data: str, model: str, args: argparse.Namespace) -> str:
     from verl_pascal.launch import render
 
     return render.write(os.path.join(work, "verl-ppo"), {
+        "verl_version": sdist_version(args.verl_sdist),
         "conda_env_prefix": os.path.dirname(os.path.dirname(sys.executable)),
         "launch_script_path": os.path.join(work, "verl-ppo"),
         "launch_runs_dir": os.path.join(work, "runs"),
@@ -104,6 +113,7 @@ def render_launch(work: str, data: str, model: str, args: argparse.Namespace) ->
         "launch_ppo_mini_batch_size": args.mini_batch or args.train_batch,
         "launch_micro_batch_size": args.micro_batch,
         "launch_param_offload": args.offload,
+        "launch_actor_param_offload": args.actor_offload,
         "launch_optimizer_offload": args.offload,
         "launch_max_prompt_length": args.prompt_length,
         "launch_max_response_length": args.response_length,
@@ -213,8 +223,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     gen_tokens = [s.get("response_length/mean", 0) * args.train_batch / s["timing_s/gen"]
                   for s in steps if s.get("timing_s/gen")]
     return {
-        "shape": args.shape, "train_batch": args.train_batch, "micro_batch": args.micro_batch,
-        "attn": args.attn, "offload": args.offload, "control": args.control, "guard": not args.no_guard, "memory_cap_gib": args.memory_gib,
+        "verl": sdist_version(args.verl_sdist), "shape": args.shape, "train_batch": args.train_batch, "micro_batch": args.micro_batch,
+        "attn": args.attn, "offload": args.offload, "actor_offload": args.actor_offload or "preset", "control": args.control, "guard": not args.no_guard, "memory_cap_gib": args.memory_gib,
         "steps_done": len(steps), "steps_asked": args.steps, "wall_s": round(time.time() - start, 1),
         "s_per_step": [round(x, 2) for x in step_s],
         "gen_tokens_per_s": [round(x, 1) for x in gen_tokens],
@@ -242,7 +252,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mini-batch", type=int, default=0)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
-    p.add_argument("--offload", action="store_true")
+    p.add_argument("--offload", action="store_true", help="offload the critic, the reference and the optimizers")
+    p.add_argument("--actor-offload", default="", choices=["", "true", "false"],
+                   help="offload the actor's parameters (default: the launch preset's choice)")
     p.add_argument("--prompt-length", type=int, default=256)
     p.add_argument("--response-length", type=int, default=256)
     p.add_argument("--problems", type=int, default=512)
