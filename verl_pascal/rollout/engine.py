@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 
 from verl_pascal.rollout import generate as gen
+from verl_pascal.rollout.generate import setting
 
 #: Names a rollout config may give its dtype, and the dtype each means.
 DTYPES: Mapping[str, torch.dtype] = {
@@ -42,25 +43,19 @@ def dtype_of(name: Any) -> torch.dtype:
         raise RolloutError(f"actor_rollout_ref.rollout.dtype={name!r} is not one of {sorted(DTYPES)}") from None
 
 
-def _get(config: Any, key: str, default: Any) -> Any:
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
 def unsupported(config: Any) -> List[str]:
     """What this rollout cannot do that the rollout config asks for, each with the setting to change."""
     found = []
-    if str(_get(config, "mode", "sync")) != "sync":
+    if str(setting(config, "mode", "sync")) != "sync":
         found.append("actor_rollout_ref.rollout.mode must be sync: the Pascal rollout generates inside the worker")
-    if _get(config, "calculate_log_probs", False):
+    if setting(config, "calculate_log_probs", False):
         found.append("actor_rollout_ref.rollout.calculate_log_probs=True: the Pascal rollout does not return "
                      "rollout log-probs; verl recomputes them with the actor")
-    if _get(config, "ignore_eos", False):
+    if setting(config, "ignore_eos", False):
         found.append("actor_rollout_ref.rollout.ignore_eos=True: the Pascal rollout always stops at EOS")
-    if _get(_get(config, "multi_turn", {}) or {}, "enable", False):
+    if setting(setting(config, "multi_turn", {}) or {}, "enable", False):
         found.append("actor_rollout_ref.rollout.multi_turn.enable=True: multi-turn needs an async (server) rollout")
-    if not _get(config, "free_cache_engine", True):
+    if not setting(config, "free_cache_engine", True):
         found.append("actor_rollout_ref.rollout.free_cache_engine=False would keep a full copy of the weights on "
                      "the GPU through training: set it True")
     return found

@@ -38,15 +38,15 @@ class Sampling:
     def for_batch(cls, config: Any, meta: Mapping[str, Any]) -> "Sampling":
         """verl's rules: the batch's meta_info overrides the rollout config; a validation batch that
         samples uses ``config.val_kwargs`` (one sample per prompt); ``do_sample`` False is greedy."""
-        do_sample = bool(meta.get("do_sample", _get(config, "do_sample", True)))
-        length = int(meta.get("response_length", _get(config, "response_length", 512)))
+        do_sample = bool(meta.get("do_sample", setting(config, "do_sample", True)))
+        length = int(meta.get("response_length", setting(config, "response_length", 512)))
         if do_sample and meta.get("validate", False):
-            val = _get(config, "val_kwargs", {})
-            return cls(True, float(_get(val, "temperature", 1.0)), float(_get(val, "top_p", 1.0)),
-                       int(_get(val, "top_k", -1)), length)
-        return cls(do_sample, float(meta.get("temperature", _get(config, "temperature", 1.0))),
-                   float(meta.get("top_p", _get(config, "top_p", 1.0))),
-                   int(meta.get("top_k", _get(config, "top_k", -1))), length)
+            val = setting(config, "val_kwargs", {})
+            return cls(True, float(setting(val, "temperature", 1.0)), float(setting(val, "top_p", 1.0)),
+                       int(setting(val, "top_k", -1)), length)
+        return cls(do_sample, float(meta.get("temperature", setting(config, "temperature", 1.0))),
+                   float(meta.get("top_p", setting(config, "top_p", 1.0))),
+                   int(meta.get("top_k", setting(config, "top_k", -1))), length)
 
     def generation_config(self, eos_token_id: EosIds, pad_token_id: int) -> Any:
         """A complete ``GenerationConfig``: one sequence per row, no beams, and nothing taken from the
@@ -61,7 +61,8 @@ class Sampling:
                                 top_k=max(self.top_k, 0), **common)
 
 
-def _get(config: Any, key: str, default: Any) -> Any:
+def setting(config: Any, key: str, default: Any) -> Any:
+    """``config[key]`` for a mapping, ``config.key`` for verl's config dataclasses; ``default`` when absent."""
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
