@@ -17,6 +17,8 @@ description:
   - Older drivers (R470 and before) reject the C(compute_cap) field; the query is then re-run
     without it and the compute capability comes from a table of product names
     (RV(ansible_facts.nvidia_compute_cap_source) is then V(name_table)).
+  - With two GPUs or more, runs C(nvidia-smi topo -p2p r) to tell whether every pair reaches
+    the other peer to peer (RV(ansible_facts.nvidia_p2p_ok)).
   - Derives the build profile of the host from the lowest compute capability and
     O(profiles) (a profile's name, or C(unsupported), C(none), C(unknown)),
     whether bf16 is native, and whether the driver runs the requested CUDA toolkit.
@@ -153,6 +155,25 @@ ansible_facts:
       returned: always
       type: str
       sample: null
+    nvidia_p2p_ok:
+      description:
+        - True when every pair of GPUs reads V(OK) in C(nvidia-smi topo -p2p r) (always with one GPU).
+        - False when a pair cannot reach the other directly, or the matrix could not be read;
+          the launch role then turns NCCL's P2P transport off on the box.
+      returned: always
+      type: bool
+      sample: false
+    nvidia_p2p_blocked:
+      description: The pairs that are not V(OK), with their status.
+      returned: always
+      type: list
+      elements: str
+      sample: ["GPU0-GPU1: NS"]
+    nvidia_p2p_error:
+      description: Why the P2P matrix could not be read; null otherwise.
+      returned: always
+      type: str
+      sample: null
     nvidia_driver_cuda_check:
       description: Verdict on the driver for O(cuda_version); null when O(cuda_version) is empty.
       returned: always
@@ -196,7 +217,9 @@ from ansible.module_utils.nvidia_gpu import (
     NvidiaSmiParseError,
     NvidiaSmiTimeout,
     driver_supports_cuda,
+    P2pFacts,
     gather,
+    gather_p2p,
     no_driver_facts,
     ranges_of_table,
     runner,
@@ -228,13 +251,16 @@ def main():
     else:
         path = module.get_bin_path(nvidia_smi)
 
+    p2p = P2pFacts(ok=True)
     if path is None:
         facts = no_driver_facts(
             "%s not found (no NVIDIA driver installed?)" % nvidia_smi
         )
     else:
+        run = runner(timeout, dict(os.environ, LC_ALL="C"))
         try:
-            facts = gather(runner(timeout, dict(os.environ, LC_ALL="C")), path)
+            facts = gather(run, path)
+            p2p = gather_p2p(run, path, facts.gpu_count)
         except NvidiaSmiParseError as exc:
             module.fail_json(
                 msg="Cannot parse nvidia-smi output: %s" % exc, line=exc.line
@@ -246,6 +272,7 @@ def main():
         module.warn(warning)
 
     result = facts.to_facts(profiles)
+    result.update(p2p.to_facts())
     result["nvidia_driver_cuda_check"] = None
     if cuda_version:
         try:

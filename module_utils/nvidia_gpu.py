@@ -42,6 +42,9 @@ __all__ = [
     "capability_from_name",
     "driver_supports_cuda",
     "gather",
+    "gather_p2p",
+    "P2pFacts",
+    "parse_p2p_matrix",
     "lowest_capability",
     "no_driver_facts",
     "parse_capability",
@@ -749,3 +752,88 @@ def gather(run: RunFn, nvidia_smi: str) -> GpuFacts:
         compute_cap_source=source if gpus else None,
         warnings=tuple(warnings),
     )
+
+
+# --------------------------------------------------------------------------
+# Peer-to-peer access between the GPUs of a box (NCCL's P2P transport)
+# --------------------------------------------------------------------------
+
+#: ``nvidia-smi topo -p2p r``: can each GPU read from each other one directly.
+P2P_QUERY: tuple[str, ...] = ("topo", "-p2p", "r")
+_P2P_ROW_RE = re.compile(r"^\s*GPU(\d+)\s+(.*)$")
+
+
+@dataclass(frozen=True)
+class P2pFacts:
+    """Whether every pair of GPUs on the box reaches each other directly.
+
+    ``ok`` is False when any pair is not ``OK`` (PCIe through different root
+    complexes, chipsets that refuse it) or when nvidia-smi could not tell:
+    NCCL's P2P transport is then turned off, which costs speed, never
+    correctness. ``pairs`` lists the pairs that are not ``OK`` as
+    ``"GPU0-GPU1: NS"``; ``error`` what went wrong when the matrix could not
+    be read.
+    """
+
+    ok: bool
+    pairs: tuple[str, ...] = field(default=())
+    error: str | None = None
+
+    def to_facts(self) -> dict[str, Any]:
+        return {"nvidia_p2p_ok": self.ok, "nvidia_p2p_blocked": list(self.pairs), "nvidia_p2p_error": self.error}
+
+
+def parse_p2p_matrix(text: str) -> dict[tuple[int, int], str]:
+    """``(row GPU, column GPU) -> status`` from ``nvidia-smi topo -p2p r``.
+
+    The matrix's rows start with ``GPUn`` and hold one status per column (``X``
+    on the diagonal); the legend after it is ignored. Raises
+    :class:`NvidiaSmiParseError` when no row is found or a row is not square.
+    """
+    rows: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        match = _P2P_ROW_RE.match(line)
+        if match:
+            rows[int(match.group(1))] = match.group(2).split()
+    if not rows:
+        raise NvidiaSmiParseError("no GPU rows in the P2P matrix", text.strip())
+    matrix: dict[tuple[int, int], str] = {}
+    for row, cells in sorted(rows.items()):
+        if len(cells) != len(rows):
+            raise NvidiaSmiParseError(f"row GPU{row} has {len(cells)} columns for {len(rows)} GPUs", " ".join(cells))
+        for column, status in enumerate(cells):
+            if column != row:
+                matrix[(row, column)] = status
+    return matrix
+
+
+def gather_p2p(run: RunFn, nvidia_smi: str, gpu_count: int) -> P2pFacts:
+    """Ask nvidia-smi whether the box's GPUs reach each other peer to peer.
+
+    One GPU (or none) has no pair: ``ok``. Otherwise every pair must read
+    ``OK``; an nvidia-smi that fails or prints something else gives ``ok``
+    False with the reason in ``error``.
+    """
+    if gpu_count < 2:
+        return P2pFacts(ok=True)
+    try:
+        rc, stdout, stderr = run([nvidia_smi, *P2P_QUERY])
+    except OSError as exc:
+        return P2pFacts(ok=False, error=f"cannot run {nvidia_smi}: {exc}")
+    if rc != 0:
+        return P2pFacts(ok=False, error=f"{nvidia_smi} {' '.join(P2P_QUERY)} failed (rc={rc}): {_message(stdout, stderr)}")
+    try:
+        matrix = parse_p2p_matrix(stdout)
+    except NvidiaSmiParseError as exc:
+        return P2pFacts(ok=False, error=str(exc))
+    blocked = tuple(
+        f"GPU{a}-GPU{b}: {_pair_status(matrix[(a, b)], matrix.get((b, a), '?'))}"
+        for (a, b) in sorted(matrix)
+        if a < b and not matrix[(a, b)] == matrix.get((b, a)) == "OK"
+    )
+    return P2pFacts(ok=not blocked, pairs=blocked)
+
+
+def _pair_status(forward: str, backward: str) -> str:
+    """One status for a pair, both when the two directions differ."""
+    return forward if forward == backward else f"{forward}/{backward}"

@@ -71,6 +71,9 @@ def start_as_user(script: Path, *args: str) -> subprocess.Popen:
 # `hf`, and "trains" by recording that it ran. What it stands in for is
 # exercised with the real verl in the Molecule default scenario.
 STANDIN_PYTHON = """#!/bin/sh
+here=$(dirname "$0")/..
+env >"$here/seen.env"
+echo "$*" >>"$here/seen.argv"
 case "$1" in
   -c) echo hf ;;
   -m) for a in "$@"; do [ "$a" = --cfg ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n'; exit 0; }; done
@@ -85,7 +88,18 @@ def standin_env(box: Path) -> Path:
     python = env / "bin" / "python"
     python.write_text(STANDIN_PYTHON)
     python.chmod(0o755)
+    env.chmod(0o777)  # the stand-in records what it saw, as the test user
     return env
+
+
+def seen_environment(env: Path) -> dict[str, str]:
+    """The environment the stand-in python last ran with: what verl would get."""
+    lines = (env / "seen.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+# A head of a three-node cluster, one GPU used on each (preflight's fleet_plan).
+CLUSTER = {"managed": True, "hosts": ["p40-box", "w1", "w2"], "head": "p40-box", "nnodes": 3, "n_gpus_per_node": 1}
 
 
 def dry_run_args(script: Path, *args: str) -> list[str]:
@@ -156,7 +170,64 @@ def test_vllm_is_allowed_where_the_gpu_supports_it(tmp_path: Path) -> None:
 def test_no_placebo_variable_is_exported(tmp_path: Path) -> None:
     text = render(tmp_path).read_text()
     assert not any(p in text for p in PLACEBOS)
-    assert "export HYDRA_FULL_ERROR=1" in text and "export PYTORCH_CUDA_ALLOC_CONF=" in text
+
+
+def test_verl_runs_with_the_training_environment_and_nothing_of_a_cluster_on_a_box_of_its_own(box: Path) -> None:
+    env = standin_env(box)
+    script = render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"))
+    assert run_as_user(script, "--check-config").returncode == 0
+    seen = seen_environment(env)
+    assert seen["HYDRA_FULL_ERROR"] == "1"
+    assert seen["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
+    assert seen["CUDA_HOME"] == "/usr/local/cuda-11.8"
+    assert not {"NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "RAY_ADDRESS"} & set(seen)
+    assert "trainer.nnodes=1" in dry_run_args(script) and "trainer.n_gpus_per_node=1" in dry_run_args(script)
+
+
+def test_gpus_that_cannot_reach_each_other_turn_nccls_p2p_off(box: Path) -> None:
+    env = standin_env(box)
+    script = render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"), training_env_p2p_ok=False,
+                    launch_cluster={**CLUSTER, "managed": False, "hosts": ["p40-box"], "nnodes": 1, "n_gpus_per_node": 4})
+    assert run_as_user(script, "--check-config").returncode == 0
+    assert seen_environment(env)["NCCL_P2P_DISABLE"] == "1"
+    assert "trainer.n_gpus_per_node=4" in dry_run_args(script)
+
+
+def cluster_script(box: Path, host: str) -> tuple[Path, Path]:
+    env = standin_env(box)
+    return env, render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"), launch_cluster=CLUSTER,
+                       inventory_hostname=host, launch_ray_address="10.89.0.2:6379", training_env_interface="eth1")
+
+
+def test_the_head_of_a_cluster_trains_across_it_and_checks_its_gpus_first(box: Path) -> None:
+    env, script = cluster_script(box, "p40-box")
+    argv = dry_run_args(script)
+    assert "trainer.nnodes=3" in argv and "trainer.n_gpus_per_node=1" in argv
+    assert run_as_user(script, "--check-config").returncode == 0
+    seen = seen_environment(env)
+    assert seen["RAY_ADDRESS"] == "10.89.0.2:6379"
+    assert seen["NCCL_SOCKET_IFNAME"] == seen["GLOO_SOCKET_IFNAME"] == "eth1"
+    proc = run_as_user(script)  # the stand-in "trains" after the check, which it passes
+    assert proc.returncode == 0, proc.stderr
+    calls = (env / "seen.argv").read_text().splitlines()
+    check = calls.index("-m verl_pascal.cluster.check --address 10.89.0.2:6379 gpus --nnodes 3 --per-node 1")
+    assert check < len(calls) - 1 and calls[-1].startswith("-m verl.trainer.main_ppo")
+
+
+def test_the_head_refuses_a_run_the_cluster_cannot_hold(box: Path) -> None:
+    env, script = cluster_script(box, "p40-box")
+    python = env / "bin" / "python"
+    python.write_text(python.read_text().replace('case "$1" in', '[ "$2" = verl_pascal.cluster.check ] && exit 1\ncase "$1" in'))
+    proc = run_as_user(script)
+    assert proc.returncode == 2
+    assert not (box / "trained").exists() and not (box / "runs").exists()
+
+
+def test_a_worker_of_a_cluster_refuses_to_start_a_run(box: Path) -> None:
+    env, script = cluster_script(box, "w1")
+    proc = run_as_user(script)
+    assert proc.returncode == 2 and "runs start on the head, p40-box" in proc.stderr
+    assert not (env / "seen.argv").exists() and not (box / "runs").exists()
 
 
 def test_check_config_reports_a_rejected_override(box: Path) -> None:
@@ -239,14 +310,13 @@ def test_a_releases_own_overrides_reach_the_script_and_nothing_else_changes_with
     assert old == new and "own keys" not in new
 
 
-def test_a_release_on_the_projects_rollout_registers_it_and_lets_the_actor_offload(tmp_path: Path) -> None:
+def test_a_release_on_the_projects_rollout_registers_it_and_lets_the_actor_offload(box: Path) -> None:
     """verl 0.6.1 has no HF rollout of its own: the script exports the module that registers the
     project's, and the actor's parameters follow the offload setting (the rollout gets a copy)."""
-    script = render(tmp_path, verl_version="0.6.1", launch_actor_param_offload="True")
-    assert "\nexport VERL_USE_EXTERNAL_MODULES=verl_pascal.rollout.verl_adapter\n" in script.read_text()
-    proc = subprocess.run(["bash", "-c", 'eval "$(grep ^export "$1")"; echo "$VERL_USE_EXTERNAL_MODULES"', "-",
-                           str(script)], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.strip() == "verl_pascal.rollout.verl_adapter"
+    env = standin_env(box)
+    script = render(box, verl_version="0.6.1", launch_actor_param_offload="True", conda_env_prefix=str(env))
+    assert run_as_user(script, "--check-config").returncode == 0
+    assert seen_environment(env)["VERL_USE_EXTERNAL_MODULES"] == "verl_pascal.rollout.verl_adapter"
     argv = dry_run_args(script)
     assert "actor_rollout_ref.actor.fsdp_config.param_offload=True" in argv
     assert "actor_rollout_ref.rollout.name=hf" in argv

@@ -34,7 +34,10 @@ OUTSIDE_ANSIBLE: Dict[str, Any] = {
     "launch_gpu_summary": "(rendered outside Ansible)",
     "preflight_gpu_profile": "pascal",
     "launch_min_compute_cap": "6.1",
-    "launch_gpus": 1,
+    "inventory_hostname": "p40-box",
+    # A box of its own: a cluster of one node (preflight's fleet_plan).
+    "launch_cluster": {"managed": False, "hosts": ["p40-box"], "head": "p40-box", "nnodes": 1, "n_gpus_per_node": 1},
+    "launch_ray_address": "",
     "gpu_memory_mib": 24576,
     "cuda_toolkit_path": "/usr/local/cuda",
     "model_repo": "model",
@@ -84,7 +87,9 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def render(overrides: Mapping[str, Any], template: str = TEMPLATE) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    # The launch script includes templates/training.env.j2, as Ansible finds it beside the template.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                             loader=jinja2.FileSystemLoader(os.path.dirname(template)))
     env.filters["quote"] = lambda s: shlex.quote(str(s))
     env.filters["bool"] = ansible_bool
     with open(template, encoding="utf-8") as f:
