@@ -9,8 +9,10 @@ set -euo pipefail
 image=${VERL_PASCAL_IMAGE:-localhost/verl-pascal-debian12:$(sha256sum "$0" | cut -c1-12)}
 suite=bookworm
 # A bare box: what a fresh Debian server has (sshd included: Ansible reaches
-# the test boxes over SSH, as it reaches real ones), plus python3 for Ansible.
-include=python3,python3-apt,ca-certificates,sudo,procps,xz-utils,tar,gzip,openssh-server
+# the test boxes over SSH, as it reaches real ones; systemd, which the fleet
+# scenario boots as PID 1 for the Ray services; iproute2, which Ansible's
+# network facts read), plus python3 for Ansible.
+include=python3,python3-apt,ca-certificates,sudo,procps,iproute2,xz-utils,tar,gzip,openssh-server,systemd,systemd-sysv
 
 if [[ ${1:-} == --print ]]; then
   echo "$image"
@@ -38,8 +40,11 @@ debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >/
 # Like a freshly installed server: package lists present (check mode of apt
 # needs them), no downloaded .deb files.
 rm -f "$root"/var/cache/apt/archives/*.deb
-# sshd's privilege separation directory (a booted box's init makes it).
+# sshd's privilege separation directory (a booted box's init makes it): in the
+# image for the containers that run no init, and made at boot by systemd for
+# those that do (its /run is a fresh tmpfs).
 mkdir -p "$root/run/sshd"
+echo 'd /run/sshd 0755 root root -' >"$root/etc/tmpfiles.d/verl-pascal-sshd.conf"
 tar -C "$root" -c . | podman import \
   --change 'CMD ["sleep", "infinity"]' \
   --change 'ENV LANG=C.UTF-8' - "$image" >/dev/null

@@ -11,12 +11,11 @@ cd "$root"
 
 name=verl-pascal-demo
 build_test_inputs
-start_mirror
+start_mirror 127.0.0.1
 
 podman rm -f "$name" >/dev/null 2>&1 || true
 if [[ ${KEEP:-0} != 1 ]]; then
-  # shellcheck disable=SC2064 # expand now; chain the mirror's cleanup
-  trap "$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/"); podman rm -f $name >/dev/null 2>&1 || true" EXIT
+  at_exit "podman rm -f $name >/dev/null 2>&1"
 fi
 podman run -d --name "$name" --network host \
   -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \

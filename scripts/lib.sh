@@ -24,6 +24,22 @@ export VERL_PASCAL_BOX_PIP_CACHE=${VERL_PASCAL_BOX_PIP_CACHE:-/var/cache/verl-pa
 mkdir -p "$VERL_PASCAL_BOX_PIP_CACHE"
 VERL_PASCAL_IMAGE=$("$root/scripts/build-base-image.sh" --print)
 export VERL_PASCAL_IMAGE
+# The fleet scenario's image: a box the default scenario converged and
+# verified, kept by its verify (molecule/default/verify.yml) under a tag that
+# is a hash of the base image and of everything a converge reads, so a change
+# to any of them makes a new one. (Set VERL_PASCAL_CONVERGED_IMAGE to start
+# the fleet scenario from another converged box while working on it.)
+converge_inputs=(site.yml ansible.cfg inventory roles library module_utils templates verl_pascal scripts/standins molecule/shared)
+VERL_PASCAL_CONVERGED_IMAGE=${VERL_PASCAL_CONVERGED_IMAGE:-localhost/verl-pascal-converged:$(cd "$root" &&
+  git ls-files -z -co --exclude-standard -- "${converge_inputs[@]}" | python3 -c '
+import hashlib, os, sys
+digest = hashlib.sha256(sys.argv[1].encode())
+for path in sorted(filter(None, sys.stdin.buffer.read().split(b"\0"))):
+    data = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
+    digest.update(path + b"\0" + hashlib.sha256(data).digest())
+print(digest.hexdigest()[:12])' "$VERL_PASCAL_IMAGE")}
+export VERL_PASCAL_CONVERGED_IMAGE
+
 # The offline scenario's image: the base image plus the Debian packages that
 # the shared prepare and the cuda_toolkit role install with apt (its container
 # has no network; an offline site's boxes get them from the site's apt mirror).
@@ -97,23 +113,55 @@ build_offline_image() {
 # Where the containers see VERL_PASCAL_BOX_PIP_CACHE (Molecule's platforms too).
 export VERL_PASCAL_BOX_PIP_MOUNT=/var/cache/verl-pascal-test/pip
 
-# Serve the stand-ins on a free loopback port until the calling script exits;
-# sets mirror_url.
+# Run each command given to at_exit when the calling script exits, last first.
+exit_commands=()
+run_exit_commands() {
+  local command
+  for command in "${exit_commands[@]}"; do eval "$command" || true; done
+}
+at_exit() {
+  exit_commands=("$*" "${exit_commands[@]}")
+  trap run_exit_commands EXIT
+}
+
+# Serve the stand-ins on a free port of ADDRESS (loopback unless given) until
+# the calling script exits; sets mirror_url.
 start_mirror() {
-  local port pid
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  python3 -m http.server --bind 127.0.0.1 --directory "$VERL_PASCAL_STANDINS/mirror" "$port" \
+  local address=${1:-127.0.0.1} port pid
+  port=$(python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$address")
+  python3 -m http.server --bind "$address" --directory "$VERL_PASCAL_STANDINS/mirror" "$port" \
     >"$cache/mirror-$port.log" 2>&1 &
   pid=$!
-  # shellcheck disable=SC2064 # expand now: the pid is known only here
-  trap "kill $pid 2>/dev/null || true" EXIT
-  mirror_url=http://127.0.0.1:$port
+  at_exit "kill $pid 2>/dev/null"
+  mirror_url=http://$address:$port
   for _ in $(seq 50); do
     python3 -c "import urllib.request as u; u.urlopen('$mirror_url/SHA256SUMS')" 2>/dev/null && return 0
     sleep 0.1
   done
   echo "mirror did not start; see $cache/mirror-$port.log" >&2
   return 1
+}
+
+# The fleet scenario's network (molecule/fleet): a Podman bridge NAME that
+# reaches nothing outside this machine (--internal: its nodes get no route
+# out), with this machine's side of the bridge at the subnet's .1, where the
+# mirror listens. Removed when the calling script exits. Sets fleet_prefix
+# (the subnet's first three octets; the nodes are .10, .11 and .12).
+fleet_network() {
+  local name=$1 subnet bridge
+  podman network exists "$name" && podman network rm -f "$name" >/dev/null
+  podman network create --internal "$name" >/dev/null
+  at_exit "podman network rm -f $name >/dev/null"
+  subnet=$(podman network inspect "$name" --format '{{range .Subnets}}{{.Subnet}}{{end}}')
+  bridge=$(podman network inspect "$name" --format '{{.NetworkInterface}}')
+  [[ $subnet == *.0/24 && -n $bridge ]] || { echo "fleet network: unexpected subnet '$subnet' or bridge '$bridge'" >&2; return 1; }
+  fleet_prefix=${subnet%.0/24}
+  # An internal network gets no address on this machine's side: give the
+  # bridge its gateway address before the first node starts, for the mirror.
+  ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
+  at_exit "ip link del $bridge 2>/dev/null"
+  ip addr replace "$fleet_prefix.1/24" dev "$bridge"
+  ip link set "$bridge" up
 }
 
 # Print the host variables that point a host at the stand-ins on the mirror.

@@ -3,9 +3,11 @@
 # side by side, each with its own Podman container (VERL_PASCAL_INSTANCE), so
 # that one waits on pip, apt or a container while the other computes:
 #   upgrade: the Molecule inputs (images, stand-ins), the upgrade scenario (the
-#            longest: ten runs of site.yml), then the failures scenario
+#            longest: ten runs of site.yml), then the failures and offline
+#            scenarios
 #   main:    the unit tests (while the inputs are built), then, once the inputs
-#            are there, the default and offline scenarios
+#            are there, the default scenario and the fleet scenario, which
+#            starts from the box the default scenario converged
 # (balanced by their measured times: each lane takes about half).
 # Every line a lane prints is prefixed with its name. The time of each stage
 # and scenario is printed at the end, also after a failure; a failed lane
@@ -58,13 +60,13 @@ wait_for_inputs() {
   [[ $(cat "$inputs_done") == 0 ]]
 }
 upgrade_lane() {
-  inputs && scenario upgrade upgrade && scenario upgrade failures
+  inputs && scenario upgrade upgrade && scenario upgrade failures && scenario upgrade offline
 }
 main_lane() {
   step main unit make --no-print-directory unit
   local rc=$?
   wait_for_inputs || return
-  ((rc == 0)) && scenario main default && scenario main offline
+  ((rc == 0)) && scenario main default && scenario main fleet
 }
 
 { upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /'; exit "${PIPESTATUS[0]}"; } &
