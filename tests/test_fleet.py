@@ -183,8 +183,9 @@ def cluster_preflight(tmp_path: Path, gpus: Dict[str, int], gcs: int, *limit: st
     group_vars: Dict[str, object] = {}
     for name in ("versions.yml", "settings.yml"):
         group_vars.update(yaml.safe_load((REPO_ROOT / "inventory/group_vars/all" / name).read_text()))
+    ports = {**group_vars["ray_cluster_ports"], **settings.pop("ray_cluster_ports", {}), "gcs": gcs}  # type: ignore[dict-item]
     group_vars.update(fleet_interface="lo", pytorch_lock_dir=str(standin_torch_lock(tmp_path)),
-                      ray_cluster_ports={**group_vars["ray_cluster_ports"], "gcs": gcs},
+                      ray_cluster_ports=ports,
                       ray_cluster_reach_timeout=3, ansible_connection="local",
                       ansible_python_interpreter=sys.executable, out=str(tmp_path), **settings)
     hosts = {}
@@ -254,3 +255,14 @@ def test_preflight_refuses_a_play_that_leaves_out_a_node(tmp_path: Path) -> None
     proc, facts = cluster_preflight(tmp_path, UNEQUAL, free_port(), "head", "w1", launch_gpus=1)
     assert proc.returncode != 0 and facts == {}
     assert "the play leaves out w2 of the cluster (head, w1, w2)" in proc.stdout
+
+
+@needs_ansible
+def test_preflight_refuses_a_kernel_port_range_outside_the_opened_one(tmp_path: Path) -> None:
+    """torch.distributed listens on the kernel's ephemeral ports: a documented range that misses them
+    would leave runs failing behind a firewall opened as documented."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    proc, facts = cluster_preflight(tmp_path, UNEQUAL, free_port(), launch_gpus=1,
+                                    ray_cluster_ports={"distributed_min": low + 1, "distributed_max": high})
+    assert proc.returncode != 0 and facts == {}
+    assert f"kernel gives ports {low}-{high}" in " ".join(proc.stdout.split())
