@@ -12,6 +12,11 @@ those releases (box-side code, installed into the training env):
 - ``verl_adapter``: verl's rollout interface (0.6.x, sync); importing it
   registers the rollout as ``("hf", "sync")``. The launch script names it in
   ``VERL_USE_EXTERNAL_MODULES`` for the releases whose folder says so.
+- ``server``: the core of a generation server for verl's async rollouts
+  (0.7 on): concurrent requests batched, each sampling with its own seeded
+  generator (so its tokens do not depend on the batch), token ids and
+  log-probs out, new weights taken without a copy, the model released for
+  training. verl's replica interface is not wired to it yet.
 - ``check``: ``python -m verl_pascal.rollout.check`` builds the rollout through
   verl's registry on a box and compares what it generates with the model's own
   output (``playbooks/verify.yml`` runs it).

@@ -1,0 +1,191 @@
+"""The generation server core for verl's async rollouts (verl_pascal/rollout/server.py), on the CPU.
+
+A tiny random Qwen2 in fp32 answers requests. References here: the model's
+own greedy ``generate`` for greedy requests, and a full forward over prompt
+and response for the log-probs. Concurrency: requests in flight together,
+batched by the server, must get exactly what each gets alone with its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers", reason="the rollout needs transformers (requirements-dev)")
+
+from verl_pascal.rollout import server as srv  # noqa: E402
+
+PAD, EOS, VOCAB = 0, 5, 48
+PROMPTS: List[List[int]] = [[7, 8, 9, 10, 11], [12, 13], [14, 15, 16], [20], [21, 22, 23, 24, 25, 26, 27], [30, 31]]
+
+
+def tiny_model(seed: int = 0) -> "transformers.PreTrainedModel":
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      tie_word_embeddings=True, attn_implementation="sdpa")
+    return transformers.Qwen2ForCausalLM(config).to(torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+def alone(model, prompt: List[int], params: srv.SamplingParams) -> srv.TokenResult:
+    return srv.decode(model, [prompt], [params], {EOS}, PAD)[0]
+
+
+def test_greedy_requests_match_the_models_own_generate(model) -> None:
+    params = srv.SamplingParams(max_tokens=12, temperature=0)
+    results = srv.decode(model, PROMPTS, [params] * len(PROMPTS), {EOS}, PAD)
+    for prompt, result in zip(PROMPTS, results):
+        with torch.no_grad():
+            ids = torch.tensor([prompt])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                                 eos_token_id=EOS, pad_token_id=PAD, temperature=None, top_p=None, top_k=None)
+        expected = out[0, len(prompt):].tolist()
+        if EOS in expected:
+            expected = expected[: expected.index(EOS) + 1]
+        assert result.token_ids == expected
+
+
+def test_log_probs_are_the_models_for_each_response_token(model) -> None:
+    params = srv.SamplingParams(max_tokens=10, temperature=0.8, top_k=20, top_p=0.9, seed=3)
+    for prompt, result in zip(PROMPTS, srv.decode(model, PROMPTS, [params] * len(PROMPTS), {EOS}, PAD)):
+        ids = torch.tensor([prompt + result.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+        expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(result.token_ids)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(result.log_probs), expected, atol=1e-5)
+
+
+def test_a_seeded_request_gets_the_same_tokens_alone_and_in_any_batch(model) -> None:
+    params = [srv.SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
+    batched = srv.decode(model, PROMPTS, params, {EOS}, PAD)
+    reversed_batch = srv.decode(model, PROMPTS[::-1], params[::-1], {EOS}, PAD)[::-1]
+    for i, prompt in enumerate(PROMPTS):
+        single = alone(model, prompt, params[i])
+        assert batched[i].token_ids == single.token_ids == reversed_batch[i].token_ids
+    assert len({tuple(r.token_ids) for r in batched}) > 1
+
+
+def test_different_seeds_sample_different_responses(model) -> None:
+    runs = {tuple(alone(model, PROMPTS[0], srv.SamplingParams(max_tokens=8, temperature=1.0, seed=s)).token_ids)
+            for s in range(6)}
+    assert len(runs) > 1
+
+
+def test_a_request_stops_at_eos_or_its_own_length(model) -> None:
+    long = srv.SamplingParams(max_tokens=40, temperature=0)
+    short = srv.SamplingParams(max_tokens=3, temperature=0)
+    results = srv.decode(model, [PROMPTS[0], PROMPTS[0]], [long, short], {EOS}, PAD)
+    assert results[1].token_ids == results[0].token_ids[:3] and results[1].stop_reason == "length"
+    assert results[0].stop_reason == ("completed" if results[0].token_ids[-1] == EOS else "length")
+    eos_now = srv.decode(model, [PROMPTS[0]], [long], {alone(model, PROMPTS[0], short).token_ids[0]}, PAD)[0]
+    assert eos_now.token_ids == results[1].token_ids[:1] and eos_now.stop_reason == "completed"
+
+
+def test_top_k_one_is_greedy_whatever_the_seed(model) -> None:
+    greedy = alone(model, PROMPTS[2], srv.SamplingParams(max_tokens=8, temperature=0)).token_ids
+    for seed in range(3):
+        assert alone(model, PROMPTS[2], srv.SamplingParams(max_tokens=8, temperature=1.3, top_k=1, seed=seed)).token_ids == greedy
+
+
+def test_settings_from_verls_agent_loop() -> None:
+    params = srv.SamplingParams.from_request({"temperature": 0.7, "top_p": 0.8, "top_k": 5, "seed": 9}, max_tokens=64)
+    assert params == srv.SamplingParams(max_tokens=64, temperature=0.7, top_p=0.8, top_k=5, seed=9)
+    assert srv.SamplingParams.from_request({"max_tokens": 7}, max_tokens=64).max_tokens == 7
+    with pytest.raises(ValueError, match="max_tokens"):
+        srv.SamplingParams(max_tokens=0)
+    with pytest.raises(ValueError, match="top_p"):
+        srv.SamplingParams(max_tokens=4, top_p=0)
+
+
+# --------------------------------------------------------------------------
+# The server: concurrency, weights, release
+# --------------------------------------------------------------------------
+
+
+def requests() -> List[srv.SamplingParams]:
+    return [srv.SamplingParams(max_tokens=8, temperature=1.0 if i % 3 else 0, top_k=10 if i % 2 else -1, seed=i)
+            for i in range(16)]
+
+
+def test_many_requests_in_flight_get_what_each_gets_alone_and_are_batched(model) -> None:
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(16)]
+    one_at_a_time = [alone(model, p, s) for p, s in zip(prompts, requests())]
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=6)
+
+    async def all_at_once():
+        return await asyncio.gather(*(server.generate(p, s) for p, s in zip(prompts, requests())))
+
+    results = asyncio.run(all_at_once())
+    assert [r.token_ids for r in results] == [r.token_ids for r in one_at_a_time]
+    for got, want in zip(results, one_at_a_time):
+        assert got.log_probs == pytest.approx(want.log_probs, abs=1e-5) and got.stop_reason == want.stop_reason
+    assert server.batch_sizes == [6, 6, 4]
+
+
+def test_requests_that_arrive_while_a_batch_runs_make_the_next_batch(model) -> None:
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32)
+    params = srv.SamplingParams(max_tokens=6, temperature=0)
+
+    async def staggered():
+        first = [asyncio.ensure_future(server.generate(p, params)) for p in PROMPTS[:3]]
+        await asyncio.sleep(0.01)
+        later = [asyncio.ensure_future(server.generate(p, params)) for p in PROMPTS[3:]]
+        return await asyncio.gather(*first, *later)
+
+    results = asyncio.run(staggered())
+    assert len(results) == len(PROMPTS) and sum(server.batch_sizes) == len(PROMPTS)
+    assert [r.token_ids for r in results] == [alone(model, p, params).token_ids for p in PROMPTS]
+
+
+def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(model) -> None:
+    calls = []
+
+    def run(*args):
+        calls.append(len(args[1]))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (stand-in)")
+        return srv.decode(*args)
+
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=2, run=run)
+    params = srv.SamplingParams(max_tokens=4, temperature=0)
+
+    async def both():
+        return await asyncio.gather(*(server.generate(p, params) for p in PROMPTS[:4]), return_exceptions=True)
+
+    results = asyncio.run(both())
+    assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError", "TokenResult", "TokenResult"]
+    assert results[2].token_ids == alone(model, PROMPTS[2], params).token_ids
+
+
+def test_new_weights_are_taken_without_a_copy_and_change_the_answers() -> None:
+    model = tiny_model(0)
+    server = srv.GenerationServer(model, [EOS], PAD)
+    params = srv.SamplingParams(max_tokens=8, temperature=0)
+    before = asyncio.run(server.generate(PROMPTS[0], params))
+    trained = tiny_model(1).state_dict()
+    server.load_weights(trained)
+    assert model.model.layers[0].mlp.up_proj.weight.data_ptr() == trained["model.layers.0.mlp.up_proj.weight"].data_ptr()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    after = asyncio.run(server.generate(PROMPTS[0], params))
+    reference = alone(tiny_model(1), PROMPTS[0], params)
+    assert after.token_ids == reference.token_ids and after.log_probs == pytest.approx(reference.log_probs, abs=1e-5)
+    assert after.log_probs != pytest.approx(before.log_probs, abs=1e-3)
+
+
+def test_a_released_server_holds_no_model_and_refuses_until_it_has_one_again(model) -> None:
+    server = srv.GenerationServer(model, [EOS], PAD)
+    server.release()
+    assert server.model is None
+    params = srv.SamplingParams(max_tokens=3, temperature=0)
+    with pytest.raises(srv.ServerReleased):
+        asyncio.run(server.generate(PROMPTS[0], params))
+    server.load(model)
+    assert asyncio.run(server.generate(PROMPTS[0], params)).token_ids == alone(model, PROMPTS[0], params).token_ids

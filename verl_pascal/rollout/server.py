@@ -1,0 +1,221 @@
+"""A generation server for verl's async rollouts, on torch and transformers alone (fp32 on Pascal).
+
+From verl 0.7 on, rollouts are servers: verl's agent loop sends each prompt's
+token ids with its sampling settings and awaits the response's token ids and
+their log-probs, many prompts at a time. vLLM and SGLang, the servers verl
+ships, need compute capability 7.0 or newer. This module is the project's
+server core; an adapter for verl's replica interface builds on it.
+
+- :func:`decode` generates for a batch of prompts with the model's KV cache.
+  Each request samples with its own random generator, seeded from its
+  settings, so its tokens do not depend on which other requests share the
+  batch. It returns, per request, the token ids, the log-prob of each under
+  the model (the log-softmax of the raw logits, before temperature, top-k and
+  top-p), and why it stopped.
+- :class:`GenerationServer` queues concurrent requests and runs them in
+  batches of up to ``max_batch_size`` (requests that arrive while a batch
+  runs make the next one). :meth:`GenerationServer.load` takes the trainer's
+  new weights without a copy (``load_state_dict(assign=True)`` into the
+  model), and :meth:`GenerationServer.release` drops the model, its KV cache
+  and activations so that training gets the memory back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One request's settings, in vLLM's (and so verl's) convention: temperature 0 is greedy,
+    top_k -1 or 0 and top_p 1 are off."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be 1 or more, not {self.max_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], not {self.temperature}, {self.top_p}")
+
+    @classmethod
+    def from_request(cls, params: Mapping[str, Any], max_tokens: int) -> "SamplingParams":
+        """The settings verl's agent loop sends (temperature, top_p, top_k, seed, max_tokens when
+        given); ``max_tokens`` is the response length left for the request otherwise."""
+        return cls(max_tokens=int(params.get("max_tokens", max_tokens)),
+                   temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+                   top_k=int(params.get("top_k", -1)), seed=params.get("seed"))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class TokenResult:
+    """A request's response: token ids, their log-probs, and ``completed`` (EOS) or ``length``."""
+
+    token_ids: List[int] = field(default_factory=list)
+    log_probs: List[float] = field(default_factory=list)
+    stop_reason: Optional[str] = None
+
+
+def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """One row's logits after temperature, then top-k, then top-p (always at least one token)."""
+    scores = logits / params.temperature
+    if params.top_k > 0 and params.top_k < scores.numel():
+        kth = torch.topk(scores, params.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        ascending, order = torch.sort(scores)
+        drop = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - params.top_p)
+        drop[-1] = False
+        scores = scores.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+    return scores
+
+
+def pick(logits: torch.Tensor, params: SamplingParams, generator: Optional[torch.Generator]) -> int:
+    """The next token of one row: the argmax when greedy, else one draw from the warped distribution."""
+    if params.greedy:
+        return int(logits.argmax())
+    probs = warp(logits, params).softmax(dim=-1)
+    return int(torch.multinomial(probs, num_samples=1, generator=generator))
+
+
+def generator_for(params: SamplingParams, device: torch.device) -> Optional[torch.Generator]:
+    """A request's own random generator (None when greedy); unseeded requests get a random seed."""
+    if params.greedy:
+        return None
+    generator = torch.Generator(device=device)
+    if params.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(params.seed))
+    return generator
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask and position_ids of the prompts, padded on the left."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask, (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], eos_token_ids: Set[int],
+           pad_token_id: int) -> List[TokenResult]:
+    """Generate for each prompt with its settings, as one batch with the model's KV cache."""
+    if not prompts or len(prompts) != len(params):
+        raise ValueError(f"{len(prompts)} prompts for {len(params)} settings")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a prompt has no tokens")
+    device = next(model.parameters()).device
+    generators = [generator_for(p, device) for p in params]
+    results = [TokenResult() for _ in prompts]
+    ids, mask, positions = left_pad(prompts, pad_token_id, device)
+    past = None
+    while True:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        log_probs = torch.log_softmax(logits, dim=-1)
+        tokens = []
+        for row, result in enumerate(results):
+            if result.stop_reason is not None:
+                tokens.append(pad_token_id)
+                continue
+            token = pick(logits[row], params[row], generators[row])
+            result.token_ids.append(token)
+            result.log_probs.append(float(log_probs[row, token]))
+            if token in eos_token_ids:
+                result.stop_reason = "completed"
+            elif len(result.token_ids) >= params[row].max_tokens:
+                result.stop_reason = "length"
+            tokens.append(token)
+        if all(r.stop_reason is not None for r in results):
+            return results
+        ids = torch.tensor(tokens, device=device)[:, None]
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        positions = positions[:, -1:] + 1
+
+
+#: (prompt ids, settings) -> the future its result goes to.
+_Pending = Tuple[List[int], SamplingParams, "asyncio.Future[TokenResult]"]
+
+
+class ServerReleased(RuntimeError):
+    """A request came while the server had released its model (training holds the GPU)."""
+
+
+class GenerationServer:
+    """Concurrent requests in, batched generation, results out (one per request)."""
+
+    def __init__(self, model: Any, eos_token_ids: Sequence[int], pad_token_id: int, max_batch_size: int = 32,
+                 run: Optional[Callable[..., List[TokenResult]]] = None) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be 1 or more, not {max_batch_size}")
+        self.model: Any = model
+        self.eos_token_ids = set(int(t) for t in eos_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.max_batch_size = max_batch_size
+        self.batch_sizes: List[int] = []  # one entry per batch run: what concurrency gave
+        self._run = run or decode
+        self._pending: List[_Pending] = []
+        self._worker: Optional["asyncio.Task[None]"] = None
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenResult:
+        """Queue one request and wait for its result."""
+        if self.model is None:
+            raise ServerReleased("the server released its model; resume it (load) before generating")
+        future: "asyncio.Future[TokenResult]" = asyncio.get_running_loop().create_future()
+        self._pending.append((list(prompt_ids), params, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Run the queued requests in batches until none is left."""
+        await asyncio.sleep(0)  # let the requests sent together join the first batch
+        while self._pending:
+            batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
+            self.batch_sizes.append(len(batch))
+            try:
+                results = await asyncio.to_thread(self._run, self.model, [b[0] for b in batch], [b[1] for b in batch],
+                                                  self.eos_token_ids, self.pad_token_id)
+            except Exception as exc:  # every request of the batch gets the error, the server keeps serving
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), result in zip(batch, results):
+                if not future.done():
+                    future.set_result(result)
+
+    def load(self, model: Any) -> None:
+        """Serve with ``model`` from now on (the trainer's weights of this step)."""
+        self.model = model
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Take the trainer's new weights into the served model without copying them."""
+        if self.model is None:
+            raise ServerReleased("the server released its model: load a model before its weights")
+        self.model.load_state_dict(dict(weights), assign=True, strict=False)
+        if hasattr(self.model, "tie_weights"):
+            self.model.tie_weights()
+
+    def release(self) -> None:
+        """Drop the model; the KV cache and activations live only while a batch runs. What was queued
+        must be done first."""
+        if self._pending:
+            raise RuntimeError(f"{len(self._pending)} request(s) still queued: wait for them before releasing")
+        self.model = None
