@@ -83,6 +83,9 @@ ssh_host_vars() {
   echo "  -o HostKeyAlias=$ssh_host_alias -o StrictHostKeyChecking=yes"
   echo "  -o UserKnownHostsFile=$VERL_PASCAL_SSH_DIR/known_hosts"
   echo "ansible_ssh_pipelining: true"
+  echo "# podman exec waits while another container of this machine is committed to an image"
+  echo "# (the default scenario keeps its box for the fleet scenario): allow for it."
+  echo "ansible_timeout: 300"
 }
 
 # Build what is missing: the Debian 12 images and the stand-in artifacts.
