@@ -96,9 +96,24 @@ def test_top_k_one_is_greedy_whatever_the_seed(model) -> None:
 
 
 def test_settings_from_verls_agent_loop() -> None:
-    params = srv.SamplingParams.from_request({"temperature": 0.7, "top_p": 0.8, "top_k": 5, "seed": 9}, max_tokens=64)
+    limits = srv.Limits(response_length=64, prompt_length=32)
+    params = srv.for_request({"temperature": 0.7, "top_p": 0.8, "top_k": 5, "seed": 9, "repetition_penalty": 1.0,
+                              "logprobs": True}, prompt_len=10, limits=limits)
     assert params == srv.SamplingParams(max_tokens=64, temperature=0.7, top_p=0.8, top_k=5, seed=9)
-    assert srv.SamplingParams.from_request({"max_tokens": 7}, max_tokens=64).max_tokens == 7
+    assert srv.for_request({"max_tokens": 7}, 10, limits).max_tokens == 7
+    assert srv.for_request({"max_new_tokens": 9}, 10, limits).max_tokens == 9
+    # a long prompt (multi-turn) gets what is left of prompt + response, never past the context
+    assert srv.for_request({}, 60, limits).max_tokens == 36
+    assert srv.for_request({"max_tokens": 500}, 60, limits).max_tokens == 36
+    assert srv.for_request({}, 10, srv.Limits(64, 32, max_model_len=40)).max_tokens == 30
+    # verl's full_determinism seeds every request of a replica; a request's own seed wins
+    assert srv.for_request({}, 10, srv.Limits(64, 32, seed=3)).seed == 3
+    assert srv.for_request({"seed": 4}, 10, srv.Limits(64, 32, seed=3)).seed == 4
+    assert srv.for_request({}, 10, limits).seed is None
+    with pytest.raises(ValueError, match="no room to generate"):
+        srv.for_request({}, 96, limits)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        srv.for_request({"repetition_penalty": 1.1}, 10, limits)
     with pytest.raises(ValueError, match="max_tokens"):
         srv.SamplingParams(max_tokens=0)
     with pytest.raises(ValueError, match="top_p"):
@@ -189,3 +204,28 @@ def test_a_released_server_holds_no_model_and_refuses_until_it_has_one_again(mod
         asyncio.run(server.generate(PROMPTS[0], params))
     server.load(model)
     assert asyncio.run(server.generate(PROMPTS[0], params)).token_ids == alone(model, PROMPTS[0], params).token_ids
+
+
+def test_a_runner_elsewhere_gets_the_batches_and_abort_answers_what_has_not_started(model) -> None:
+    """verl's replica runs each batch in the training worker (a coroutine runner); an abort answers the
+    queued requests at once, the running batch finishes."""
+    started = []
+
+    async def elsewhere(handle, prompts, params, eos, pad):
+        started.append(len(prompts))
+        await asyncio.sleep(0.05)
+        return srv.decode(handle, prompts, params, eos, pad)
+
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=2, run=elsewhere)
+    params = srv.SamplingParams(max_tokens=5, temperature=0)
+
+    async def abort_while_running():
+        futures = [asyncio.ensure_future(server.generate(p, params)) for p in PROMPTS[:5]]
+        await asyncio.sleep(0.01)
+        dropped = server.abort()
+        return dropped, await asyncio.gather(*futures)
+
+    dropped, results = asyncio.run(abort_while_running())
+    assert started == [2] and dropped == 3
+    assert [r.token_ids for r in results[:2]] == [alone(model, p, params).token_ids for p in PROMPTS[:2]]
+    assert [(r.token_ids, r.stop_reason) for r in results[2:]] == [([], "aborted")] * 3

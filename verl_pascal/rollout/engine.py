@@ -30,6 +30,9 @@ DTYPES: Mapping[str, torch.dtype] = {
 }
 
 
+DEFAULT_ATTENTION = "sdpa"
+
+
 class RolloutError(RuntimeError):
     """The rollout cannot do what it was asked; the message says what to change."""
 
@@ -41,6 +44,28 @@ def dtype_of(name: Any) -> torch.dtype:
         return DTYPES[str(name).lower()]
     except KeyError:
         raise RolloutError(f"actor_rollout_ref.rollout.dtype={name!r} is not one of {sorted(DTYPES)}") from None
+
+
+def attention(model_config: Any) -> str:
+    """The model config's attention override, else the one the patched verl tree records, else sdpa."""
+    override = (getattr(model_config, "override_config", None) or {}).get("attn_implementation")
+    if override:
+        return str(override)
+    try:
+        from verl._pascal_compat import ATTN  # written by verl-patch into the tree it patched
+    except ImportError:
+        return DEFAULT_ATTENTION
+    return str(ATTN)
+
+
+def rollout_device() -> torch.device:
+    """This process's accelerator as verl names it (its platform plugin), or the CPU where torch has none."""
+    from verl.utils.device import get_device_id, get_device_name
+
+    name = get_device_name()
+    if name == "cpu" or (name == "cuda" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device(name, get_device_id())
 
 
 def unsupported(config: Any) -> List[str]:

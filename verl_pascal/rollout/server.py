@@ -23,6 +23,7 @@ server core; an adapter for verl's replica interface builds on it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -46,22 +47,54 @@ class SamplingParams:
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], not {self.temperature}, {self.top_p}")
 
-    @classmethod
-    def from_request(cls, params: Mapping[str, Any], max_tokens: int) -> "SamplingParams":
-        """The settings verl's agent loop sends (temperature, top_p, top_k, seed, max_tokens when
-        given); ``max_tokens`` is the response length left for the request otherwise."""
-        return cls(max_tokens=int(params.get("max_tokens", max_tokens)),
-                   temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-                   top_k=int(params.get("top_k", -1)), seed=params.get("seed"))
-
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What the rollout config allows a request: its response length, the context, and the seed
+    verl's ``full_determinism`` gives every request of a replica (None: each request draws its own)."""
+
+    response_length: int
+    prompt_length: int
+    max_model_len: Optional[int] = None
+    seed: Optional[int] = None
+
+    @property
+    def context(self) -> int:
+        return self.max_model_len or self.prompt_length + self.response_length
+
+
+def for_request(params: Mapping[str, Any], prompt_len: int, limits: Limits) -> SamplingParams:
+    """A request's settings the way verl's vLLM server reads them: ``max_tokens`` (or SGLang's
+    ``max_new_tokens``) if sent, else the response length left in prompt plus response; never past
+    the context. Settings this server cannot honour are refused by name."""
+    room = limits.context - prompt_len
+    if room < 1:
+        raise ValueError(f"the prompt has {prompt_len} tokens: no room to generate within the context of "
+                         f"{limits.context} (actor_rollout_ref.rollout.max_model_len, or prompt_length + "
+                         "response_length)")
+    penalty = float(params.get("repetition_penalty", 1.0))
+    if penalty != 1.0:
+        raise ValueError(f"repetition_penalty={penalty}: the Pascal rollout samples without one (use 1.0)")
+    if "max_tokens" in params:
+        wanted = int(params["max_tokens"])
+    elif "max_new_tokens" in params:
+        wanted = int(params["max_new_tokens"])
+    else:
+        wanted = min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
+    seed = params.get("seed", limits.seed)
+    return SamplingParams(max_tokens=max(1, min(wanted, room)), temperature=float(params.get("temperature", 1.0)),
+                          top_p=float(params.get("top_p", 1.0)), top_k=int(params.get("top_k", -1)),
+                          seed=None if seed is None else int(seed))
+
+
 @dataclass
 class TokenResult:
-    """A request's response: token ids, their log-probs, and ``completed`` (EOS) or ``length``."""
+    """A request's response: token ids, their log-probs, and ``completed`` (EOS), ``length`` or
+    ``aborted`` (dropped from the queue before it ran)."""
 
     token_ids: List[int] = field(default_factory=list)
     log_probs: List[float] = field(default_factory=list)
@@ -158,7 +191,13 @@ class ServerReleased(RuntimeError):
 
 
 class GenerationServer:
-    """Concurrent requests in, batched generation, results out (one per request)."""
+    """Concurrent requests in, batched generation, results out (one per request).
+
+    ``run(model, prompts, settings, eos_token_ids, pad_token_id)`` generates one batch: by default
+    :func:`decode` in a thread. It may be a coroutine function instead, for a batch that runs
+    elsewhere (verl's replica runs it in the training worker that holds the weights); ``model`` is
+    then whatever that runner needs.
+    """
 
     def __init__(self, model: Any, eos_token_ids: Sequence[int], pad_token_id: int, max_batch_size: int = 32,
                  run: Optional[Callable[..., List[TokenResult]]] = None) -> None:
@@ -189,9 +228,12 @@ class GenerationServer:
         while self._pending:
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
             self.batch_sizes.append(len(batch))
+            args = (self.model, [b[0] for b in batch], [b[1] for b in batch], self.eos_token_ids, self.pad_token_id)
             try:
-                results = await asyncio.to_thread(self._run, self.model, [b[0] for b in batch], [b[1] for b in batch],
-                                                  self.eos_token_ids, self.pad_token_id)
+                if inspect.iscoroutinefunction(self._run):
+                    results = await self._run(*args)
+                else:
+                    results = await asyncio.to_thread(self._run, *args)
             except Exception as exc:  # every request of the batch gets the error, the server keeps serving
                 for _, _, future in batch:
                     if not future.done():
@@ -212,6 +254,15 @@ class GenerationServer:
         self.model.load_state_dict(dict(weights), assign=True, strict=False)
         if hasattr(self.model, "tie_weights"):
             self.model.tie_weights()
+
+    def abort(self) -> int:
+        """Answer every queued request that has not started with ``aborted`` and no tokens (the batch
+        that runs finishes); how many were dropped."""
+        dropped, self._pending = self._pending, []
+        for _, _, future in dropped:
+            if not future.done():
+                future.set_result(TokenResult(stop_reason="aborted"))
+        return len(dropped)
 
     def release(self) -> None:
         """Drop the model; the KV cache and activations live only while a batch runs. What was queued

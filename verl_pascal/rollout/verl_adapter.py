@@ -25,27 +25,14 @@ import torch
 from tensordict import TensorDict
 
 from verl import DataProto
-from verl.utils.device import get_device_id, get_device_name, get_torch_device
+from verl.utils.device import get_torch_device
 from verl.workers.rollout import base
 
-from verl_pascal.rollout.engine import HFEngine, RolloutError, dtype_of, unsupported
+from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, rollout_device, unsupported
 from verl_pascal.rollout.generate import Sampling
 
 NAME = "hf"
 MODE = "sync"
-DEFAULT_ATTENTION = "sdpa"
-
-
-def attention(model_config: Any) -> str:
-    """The model config's attention override, else the one the patched verl tree records, else sdpa."""
-    override = (getattr(model_config, "override_config", None) or {}).get("attn_implementation")
-    if override:
-        return str(override)
-    try:
-        from verl._pascal_compat import ATTN  # written by verl-patch into the tree it patched
-    except ImportError:
-        return DEFAULT_ATTENTION
-    return str(ATTN)
 
 
 class PascalHFRollout(base.BaseRollout):
@@ -56,8 +43,7 @@ class PascalHFRollout(base.BaseRollout):
         problems = unsupported(self.config)
         if problems:
             raise RolloutError("the Pascal rollout cannot run this configuration:\n  " + "\n  ".join(problems))
-        device = torch.device(get_device_name(), get_device_id()) if get_device_name() != "cpu" else torch.device("cpu")
-        self.engine = HFEngine(hf_config=self.model_config.hf_config, device=device,
+        self.engine = HFEngine(hf_config=self.model_config.hf_config, device=rollout_device(),
                                dtype=dtype_of(self.config.dtype), attn_implementation=attention(self.model_config))
 
     async def resume(self, tags: list[str]) -> None:
