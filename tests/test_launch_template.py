@@ -310,6 +310,18 @@ def test_a_releases_own_overrides_reach_the_script_and_nothing_else_changes_with
     assert old == new and "own keys" not in new
 
 
+def test_a_releases_key_renames_reach_the_templates_and_the_profiles_keys(tmp_path: Path) -> None:
+    """A release that moved a key (0.8: critic.model.fsdp_config.* -> critic.fsdp.*) gets it under
+    its own name, from the template's lines and from the GPU profile's overrides alike."""
+    releases = {"0.5.0": {"key_renames": {"critic.model.fsdp_config.": "critic.fsdp."}}}
+    argv = dry_run_args(render(tmp_path, verl_releases=releases, verl_version="0.5.0"))
+    assert not [a for a in argv if "critic.model.fsdp_config." in a]
+    assert "critic.fsdp.param_offload=False" in argv and "critic.fsdp.optimizer_offload=True" in argv
+    assert "++critic.fsdp.mixed_precision.param_dtype=fp32" in argv  # the pascal profile's override
+    plain = dry_run_args(render(tmp_path, verl_version="0.5.0"))
+    assert "critic.model.fsdp_config.param_offload=False" in plain
+
+
 def test_a_release_on_the_projects_rollout_registers_it_and_lets_the_actor_offload(box: Path) -> None:
     """verl 0.6.1 has no HF rollout of its own: the script exports the module that registers the
     project's, and the actor's parameters follow the offload setting (the rollout gets a copy)."""

@@ -16,8 +16,11 @@ those releases (box-side code, installed into the training env):
   (0.7 on): concurrent requests batched, each sampling with its own seeded
   generator (so its tokens do not depend on the batch), token ids and
   log-probs out, new weights taken without a copy, the model released for
-  training. verl's replica interface is not wired to it yet.
+  training.
+- ``replica``: verl's async rollout interface (0.7 on); importing it registers
+  the server as the rollout ``hf`` in verl's ``RolloutReplicaRegistry``. Its
+  batches run in the FSDP worker that holds the weights.
 - ``check``: ``python -m verl_pascal.rollout.check`` builds the rollout through
-  verl's registry on a box and compares what it generates with the model's own
+  verl's registries on a box (sync or async, as the installed verl has it) and compares what it generates with the model's own
   output (``playbooks/verify.yml`` runs it).
 """

@@ -68,6 +68,12 @@ def rollout_device() -> torch.device:
     return torch.device(name, get_device_id())
 
 
+def refuse(problems: List[str]) -> None:
+    """Fail with every problem at once, each naming the setting to change."""
+    if problems:
+        raise RolloutError("the Pascal rollout cannot run this configuration:\n  " + "\n  ".join(problems))
+
+
 def unsupported(config: Any) -> List[str]:
     """What this rollout cannot do that the rollout config asks for, each with the setting to change."""
     found = []

@@ -46,7 +46,7 @@ from verl.utils.device import get_torch_device
 from verl.workers.rollout import base
 from verl.workers.rollout import replica as verl_replica
 
-from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, rollout_device
+from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device
 from verl_pascal.rollout.generate import setting
 from verl_pascal.rollout.server import GenerationServer, Limits, SamplingParams, TokenResult, decode, for_request
 
@@ -70,12 +70,6 @@ def unsupported(config: Any) -> List[str]:
     if float(setting(config, "repetition_penalty", 1.0) or 1.0) != 1.0:
         found.append("actor_rollout_ref.rollout.repetition_penalty: the Pascal rollout samples without one (use 1.0)")
     return found
-
-
-def refuse(config: Any) -> None:
-    problems = unsupported(config)
-    if problems:
-        raise RolloutError("the Pascal rollout cannot run this configuration:\n  " + "\n  ".join(problems))
 
 
 def token_ids(model_config: Any) -> Tuple[List[int], int]:
@@ -112,7 +106,7 @@ class PascalAsyncRollout(base.BaseRollout):
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1,
                  **kwargs: Any) -> None:
         super().__init__(config, model_config, device_mesh)
-        refuse(self.config)
+        refuse(unsupported(self.config))
         self.engine = HFEngine(hf_config=self.model_config.hf_config, device=rollout_device(),
                                dtype=dtype_of(self.config.dtype), attn_implementation=attention(self.model_config))
         self.eos_token_ids, self.pad_token_id = token_ids(self.model_config)
@@ -258,7 +252,7 @@ class PascalReplica(verl_replica.RolloutReplica):
                            "actor_rollout_ref.hybrid_engine=True and leave rollout.nnodes at 0")
 
     async def launch_servers(self) -> None:
-        refuse(self.config)
+        refuse(unsupported(self.config))
         if self.rollout_mode != verl_replica.RolloutMode.HYBRID:
             self.get_ray_class_with_init_args()
         if len(self.workers) != 1:

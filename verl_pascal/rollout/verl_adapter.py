@@ -28,7 +28,7 @@ from verl import DataProto
 from verl.utils.device import get_torch_device
 from verl.workers.rollout import base
 
-from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, rollout_device, unsupported
+from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device, unsupported
 from verl_pascal.rollout.generate import Sampling
 
 NAME = "hf"
@@ -40,9 +40,7 @@ class PascalHFRollout(base.BaseRollout):
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any) -> None:
         super().__init__(config, model_config, device_mesh)
-        problems = unsupported(self.config)
-        if problems:
-            raise RolloutError("the Pascal rollout cannot run this configuration:\n  " + "\n  ".join(problems))
+        refuse(unsupported(self.config))
         self.engine = HFEngine(hf_config=self.model_config.hf_config, device=rollout_device(),
                                dtype=dtype_of(self.config.dtype), attn_implementation=attention(self.model_config))
 
