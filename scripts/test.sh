@@ -17,12 +17,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 times=$(mktemp)
+logs=$(mktemp -d)
 started=$SECONDS
+# For a failed lane, what led to its first failed Molecule action, with the
+# colours taken out: CI keeps only the end of the output, so the reason is
+# printed again here, before the stage times.
+why_failed() { # LANE
+  local log=$logs/$1.log at
+  [[ -f $log ]] || return 0
+  at=$(grep -a -n -m1 'Executed: Failed' "$log" | cut -d: -f1)
+  [[ -n $at ]] || return 0
+  echo "== why the $1 lane failed: the 80 lines before its first failed Molecule action"
+  head -n "$at" "$log" | tail -n 80 | sed -E 's/\x1b\[[0-9;]*m//g' | cut -c1-400
+}
 report() {
+  why_failed upgrade
+  why_failed main
   echo "== stage times"
   cat "$times"
   printf '%-8s %-18s %6ds\n' all total $((SECONDS - started))
-  rm -f "$times"
+  rm -rf "$times" "$logs"
 }
 trap report EXIT
 
@@ -69,9 +83,9 @@ main_lane() {
   ((rc == 0)) && scenario main default && scenario main fleet
 }
 
-{ upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /'; exit "${PIPESTATUS[0]}"; } &
+{ upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /' | tee "$logs/upgrade.log"; exit "${PIPESTATUS[0]}"; } &
 upgrade_pid=$!
-{ main_lane 2>&1 | sed -u 's/^/[main] /'; exit "${PIPESTATUS[0]}"; } &
+{ main_lane 2>&1 | sed -u 's/^/[main] /' | tee "$logs/main.log"; exit "${PIPESTATUS[0]}"; } &
 main_pid=$!
 wait "$upgrade_pid"
 upgrade_rc=$?
