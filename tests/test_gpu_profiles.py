@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from module_utils import nvidia_gpu, verl_patch
-from verl_pascal import profiles
+from verl_pascal import profiles, verl_releases
 from verl_pascal.launch import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,16 +84,17 @@ def test_the_patcher_patches_what_the_table_says() -> None:
     assert {row["patch"] for row in ROWS.values()} == set(verl_patch.PATCH_KINDS)
 
 
-def launch_overrides(profile: str, tmp_path: Path) -> List[str]:
+def launch_overrides(profile: str, tmp_path: Path, version: str) -> List[str]:
     """The Hydra overrides the rendered launch script passes (its --dry-run)."""
     script = render.write(str(tmp_path / f"verl-ppo-{profile}"),
-                          {"launch_profile": profile, "launch_model_dir": "/opt/verl-pascal/models/m"})
+                          {"launch_profile": profile, "launch_model_dir": "/opt/verl-pascal/models/m",
+                           "verl_version": version})
     proc = subprocess.run([script, "--dry-run"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return shlex.split(proc.stdout)[3:]  # after python -m verl.trainer.main_ppo
 
 
-def verl_check_overrides(profile: str, tmp_path: Path) -> List[str]:
+def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str]:
     """The overrides the verl role's pre-activation check composes, as Ansible evaluates them."""
     book = tmp_path / "check.yml"
     book.write_text(yaml.safe_dump([{
@@ -104,27 +105,34 @@ def verl_check_overrides(profile: str, tmp_path: Path) -> List[str]:
             {"ansible.builtin.copy": {"content": "{{ verl_check_overrides | to_json }}", "dest": str(tmp_path / "o")}},
         ],
     }]))
-    env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+    env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+           "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins")}
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(book),
                            "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
                            "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
+                           "-e", f"verl_version={version}",
                            "-e", f"ansible_python_interpreter={sys.executable}"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((tmp_path / "o").read_text())
 
 
+@pytest.mark.parametrize("version", ["0.5.0", "0.6.1"])
 @pytest.mark.parametrize("profile", list(ROWS))
-def test_the_verl_check_composes_what_the_launch_script_runs(profile: str, tmp_path: Path) -> None:
+def test_the_verl_check_composes_what_the_launch_script_runs(profile: str, tmp_path: Path, version: str) -> None:
     """The check before a release goes active composes the overrides the launch script will run with:
-    the profile's rollout and overrides, and every setting the script passes (only the data and model
-    paths are placeholders)."""
-    launch = launch_overrides(profile, tmp_path)
-    check = verl_check_overrides(profile, tmp_path)
+    the profile's rollout and overrides (under the keys the release reads: 0.9.1 moved the critic's),
+    and every setting the script passes (only the data and model paths are placeholders)."""
+    launch = launch_overrides(profile, tmp_path, version)
+    check = verl_check_overrides(profile, tmp_path, version)
     row = ROWS[profile]
-    profile_part = [f"actor_rollout_ref.rollout.name={row['rollouts'][0]}", *row["overrides"]]
+    release = verl_releases.read(version)
+    spelled = render.project_filters()["release_keys"](row["overrides"], release)
+    profile_part = [f"actor_rollout_ref.rollout.name={row['rollouts'][0]}", *spelled]
     assert [o for o in launch if o in profile_part] == profile_part
     assert [o for o in check if o in profile_part] == profile_part
     placeholders = [o for o in check if "/nonexistent/" in o]
     assert len(placeholders) == 4
     assert sorted(set(check) - set(placeholders) - set(launch)) == []
+    for old in release.get("key_renames", {}):  # nothing under a key the release moved away from
+        assert not [o for o in launch + check if old in o], old

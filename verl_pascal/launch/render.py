@@ -12,9 +12,11 @@ preflight's GPU facts give a box is stated here (OUTSIDE_ANSIBLE).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, Mapping
 
 import jinja2
@@ -26,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")
 LAUNCH_DEFAULTS = REPO / "roles" / "launch" / "defaults" / "main.yml"
 GROUP_VARS = REPO / "inventory" / "group_vars" / "all"
+# The project's Jinja filters, as Ansible loads them (ansible.cfg's filter_plugins).
+FILTERS = REPO / "filter_plugins" / "verl_release.py"
 
 #: What the launch role takes from preflight's GPU facts and Ansible itself:
 #: one Tesla P40 unless the caller says otherwise.
@@ -86,12 +90,22 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     return values
 
 
+def project_filters() -> Dict[str, Any]:
+    """The filters of filter_plugins/, loaded by path as Ansible loads them."""
+    spec = importlib.util.spec_from_file_location("verl_pascal_filter_plugins", FILTERS)
+    assert spec is not None and spec.loader is not None
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.FilterModule().filters())
+
+
 def render(overrides: Mapping[str, Any], template: str = TEMPLATE) -> str:
     # The launch script includes templates/training.env.j2, as Ansible finds it beside the template.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                              loader=jinja2.FileSystemLoader(os.path.dirname(template)))
     env.filters["quote"] = lambda s: shlex.quote(str(s))
     env.filters["bool"] = ansible_bool
+    env.filters.update(project_filters())
     with open(template, encoding="utf-8") as f:
         return env.from_string(f.read()).render(**variables(overrides))
 
