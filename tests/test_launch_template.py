@@ -67,16 +67,17 @@ def start_as_user(script: Path, *args: str) -> subprocess.Popen:
 
 
 # A STAND-IN for the env's python (no verl, no GPU here): composes a fixed
-# configuration for `--cfg job`, answers the script's rollout question with
-# `hf`, and "trains" by recording that it ran. What it stands in for is
-# exercised with the real verl in the Molecule default scenario.
+# configuration for `--cfg job`, accepts it in the box-side check
+# (verl_pascal.runconfig.check, tested in tests/test_runconfig_check.py), and
+# "trains" by recording that it ran. What it stands in for is exercised with
+# the real verl in the Molecule default and upgrade scenarios.
 STANDIN_PYTHON = """#!/bin/sh
 here=$(dirname "$0")/..
 env >"$here/seen.env"
 echo "$*" >>"$here/seen.argv"
 case "$1" in
-  -c) echo hf ;;
-  -m) for a in "$@"; do [ "$a" = --cfg ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n'; exit 0; }; done
+  -m) [ "$2" = verl_pascal.runconfig.check ] && exit 0
+      for a in "$@"; do [ "$a" = --cfg ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n'; exit 0; }; done
       touch "$(dirname "$0")/../../trained" ;;
 esac
 """

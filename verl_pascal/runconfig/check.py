@@ -1,0 +1,124 @@
+"""Judge a composed verl configuration before a run starts (the launch script's ``compose``).
+
+    python -m verl_pascal.runconfig.check COMPOSED.yaml --min-compute-capability 6.1
+
+``COMPOSED.yaml`` is what ``python -m verl.trainer.main_ppo --cfg job ...``
+printed: every override applied, nothing checked. Two judgements follow,
+in this order:
+
+1. **The rollout.** Below compute capability 7.0 only the HF rollout runs
+   (vLLM, SGLang and the others need 7.0 or newer): any other
+   ``actor_rollout_ref.rollout.name`` is refused (exit 2).
+2. **verl's own validation**, where the installed release has one
+   (``verl.utils.config.validate_config``, verl 0.6 on): it turns the actor's
+   and the critic's sections into verl's config dataclasses, so a key that
+   the release does not have (one that composed only because ``++`` added
+   it) is refused here, not at the first step on a GPU, and it checks the
+   batch sizes against the GPUs. It needs the model directory (verl reads
+   the model's config); where the model is not staged yet it is skipped,
+   saying so. A rejection exits 1.
+
+Exit 0 when the configuration may run. Messages go to stderr, prefixed
+``verl-ppo:`` as the launch script's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, List, Optional, Sequence
+
+PREFIX = "verl-ppo:"
+#: Compute capability from which rollouts other than HF run.
+SERVER_ROLLOUTS_FROM = (7, 0)
+
+
+def say(message: str) -> None:
+    print(f"{PREFIX} {message}", file=sys.stderr)
+
+
+def capability(text: str) -> tuple:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
+def rollout_refusal(rollout: str, min_compute_capability: str) -> List[str]:
+    """Why this box cannot run ``rollout`` (empty when it can)."""
+    if rollout == "hf" or capability(min_compute_capability) >= SERVER_ROLLOUTS_FROM:
+        return []
+    return [
+        f"the configuration selects the rollout '{rollout}', which needs compute capability 7.0 or newer; "
+        f"this box's lowest is {min_compute_capability}.",
+        "keep the HF rollout (actor_rollout_ref.rollout.name=hf), which runs on Pascal.",
+    ]
+
+
+def model_staged(cfg: Any) -> Optional[str]:
+    """The model directories the configuration names that are not there yet (None: all are)."""
+    from omegaconf import OmegaConf
+
+    paths = [OmegaConf.select(cfg, key) for key in ("actor_rollout_ref.model.path", "critic.model.path")]
+    absent = [str(p) for p in paths if p and not os.path.isfile(os.path.join(str(p), "config.json"))]
+    return ", ".join(sorted(set(absent))) or None
+
+
+def verl_validator() -> Optional[Callable[[Any], None]]:
+    """verl's validation of a whole configuration, where the installed release has one."""
+    try:
+        from verl.trainer.ppo.utils import need_critic
+        from verl.utils.config import validate_config
+    except ImportError:
+        return None
+
+    def validate(cfg: Any) -> None:
+        # What needs a reference policy, as every release with validate_config decides it.
+        use_ref = bool(cfg.algorithm.get("use_kl_in_reward", False) or cfg.actor_rollout_ref.actor.use_kl_loss)
+        validate_config(cfg, use_reference_policy=use_ref, use_critic=need_critic(cfg))
+
+    return validate
+
+
+def judge(path: str, min_compute_capability: str,
+          validator: Callable[[], Optional[Callable[[Any], None]]] = verl_validator) -> int:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(path)
+    try:
+        rollout = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_resolution_failure=True)
+    except Exception as exc:  # an interpolation that does not resolve
+        say(f"cannot read actor_rollout_ref.rollout.name from the composed configuration: {exc}")
+        return 1
+    if rollout is None:
+        say("cannot read actor_rollout_ref.rollout.name from the composed configuration.")
+        return 1
+    refusal = rollout_refusal(str(rollout), min_compute_capability)
+    for line in refusal:
+        say(line)
+    if refusal:
+        return 2
+    validate = validator()
+    if validate is None:
+        return 0
+    absent = model_staged(cfg)
+    if absent:
+        say(f"verl's own validation of the configuration reads the model, which is not at {absent} yet: skipped.")
+        return 0
+    try:
+        validate(cfg)
+    except Exception as exc:  # verl raises what its dataclasses and asserts raise
+        say(f"verl rejects the configuration: {type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("composed", help="the configuration main_ppo --cfg job printed")
+    parser.add_argument("--min-compute-capability", required=True, help="the box's lowest, as major.minor")
+    args = parser.parse_args(argv)
+    return judge(args.composed, args.min_compute_capability)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
