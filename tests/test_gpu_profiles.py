@@ -117,7 +117,7 @@ def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str
     return json.loads((tmp_path / "o").read_text())
 
 
-@pytest.mark.parametrize("version", ["0.5.0", "0.6.1"])
+@pytest.mark.parametrize("version", ["0.5.0", "0.9.1"])
 @pytest.mark.parametrize("profile", list(ROWS))
 def test_the_verl_check_composes_what_the_launch_script_runs(profile: str, tmp_path: Path, version: str) -> None:
     """The check before a release goes active composes the overrides the launch script will run with:

@@ -59,6 +59,7 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
+    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5},
     "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10},
     "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
     "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
@@ -66,6 +67,14 @@ REAL_COUNTS: Dict[str, Dict[str, int]] = {
     "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
+    "0.9.1": [
+        ("verl/utils/model.py", 649, KIND_ATTN),  # the critic's value head: FlashAttention-2 asked twice
+        ("verl/utils/model.py", 674, KIND_ATTN),
+        ("verl/workers/config/model.py", 185, KIND_ATTN),  # every model's default attention
+        ("verl/workers/rollout/hf_rollout.py", 111, KIND_AUTOCAST),
+        ("verl/utils/attention_utils.py", 71, KIND_BERT),
+        ("verl/utils/torch_functional.py", 634, KIND_BERT),
+    ],
     "0.6.1": [
         ("verl/workers/critic/dp_critic.py", 61, KIND_AUTOCAST),
         ("verl/workers/fsdp_workers.py", 1728, KIND_AUTOCAST),
@@ -205,9 +214,20 @@ def _literals(text: str, value: str) -> List[str]:
             if tok.type == tokenize.STRING and tok.string.strip("'\"") == value]
 
 
+# String literals that name FlashAttention-2 without asking for it, per release and file, each read
+# in the source: 0.9.1's set of attentions prefix grouping supports (monkey_patch.py), and VeOmni's
+# table from an attention's name to its kernel's (engine.py), looked up with the attention asked for.
+NAMING_NOT_ASKING: Dict[str, Dict[str, int]] = {
+    "0.9.1": {"verl/models/transformers/monkey_patch.py": 1, "verl/workers/config/engine.py": 1},
+}
+# A file of each release that asks for FlashAttention-2 in a call (the patch writes the attention asked for).
+ATTN_CALL_FILE = {"0.9.1": "verl/utils/model.py"}
+
+
 @real_versions
 def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path) -> None:
     """Independent of the engine's scanner: grep-level checks on the patched package."""
+    version = real_tree.name[len("verl-"):]
     patch_tree(str(real_tree), "pascal", "eager", releases=RELEASES)
     for path in py_files(real_tree / "verl"):
         rel = path.relative_to(real_tree).as_posix()
@@ -215,8 +235,8 @@ def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path)
             continue
         text = path.read_text(encoding="utf-8")
         # Every string literal that is exactly the name is a site in these releases (prose that
-        # mentions it, such as a docstring of 0.6.1's NPU patch, is not).
-        assert not _literals(text, "flash_attention_2"), rel
+        # mentions it, such as a docstring of 0.6.1's NPU patch, is not), but those named above.
+        assert len(_literals(text, "flash_attention_2")) == NAMING_NOT_ASKING.get(version, {}).get(rel, 0), rel
         for call in _calls_text(text):
             assert "bfloat16" not in call or "enabled=False" in call, (rel, call)
         lines = text.splitlines()
@@ -224,7 +244,8 @@ def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path)
             if re.match(r"\s*from flash_attn\.bert_padding import", line):
                 previous = lines[number - 1].strip()
                 assert previous.startswith("try:"), "%s:%d: bare flash-attn import" % (rel, number + 1)
-    assert re.search(r"attn_implementation=([\'\"])eager\1", (real_tree / "verl/workers/fsdp_workers.py").read_text())
+    called = (real_tree / ATTN_CALL_FILE.get(version, "verl/workers/fsdp_workers.py")).read_text()
+    assert re.search(r"attn_implementation=([\'\"])eager\1", called)
 
 
 @real_versions
@@ -455,6 +476,35 @@ def test_061_autocasts_the_actor_with_a_config_dtype_the_launch_sets(real_tree: 
     assert {"actor_rollout_ref.actor.fsdp_config.dtype=fp32", "actor_rollout_ref.ref.fsdp_config.dtype=fp32"} <= set(overrides)
     plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert "verl/workers/actor/dp_actor.py" not in {site.file for site in plan.sites}
+
+
+# The engine workers' (verl 0.8 on) sections of each role, as the release spells them.
+ENGINE_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
+
+
+@pytest.mark.parametrize("real_tree", ["0.9.1"], indirect=True)
+def test_091_engine_autocast_and_compile_are_config_driven_and_the_launch_turns_both_off(
+        real_tree: Path, tmp_path: Path) -> None:
+    """verl 0.9.1's FSDP engine autocasts with mixed_precision.param_dtype (bf16 when unset) and
+    compiles its entropy unless fsdp_config.use_torch_compile is off: no literal for the patcher.
+    The launch script must set both, for the actor, the reference and the critic, under the keys
+    the release reads (critic.fsdp.*, not 0.5.0's critic.model.fsdp_config.*)."""
+    from verl_pascal.launch import render
+
+    engine = (real_tree / "verl/workers/engine/fsdp/transformer_impl.py").read_text()
+    assert 'param_dtype = PrecisionType.to_dtype(mixed_precision_config.get("param_dtype", "bf16"))' in engine
+    assert "nullcontext()\n            if autocast_dtype == torch.float32" in engine
+    assert "torch.compile(entropy_from_logits, dynamic=True)\n            if self.engine_config.use_torch_compile" in engine
+    script = render.write(str(tmp_path / "verl-ppo"), {"verl_version": "0.9.1", "launch_data_dir": "/d",
+                                                       "launch_model_dir": "/m"})
+    argv = subprocess.run([script, "--dry-run"], capture_output=True, text=True, check=True).stdout.split()
+    for section in ENGINE_SECTIONS:
+        assert f"++{section}.mixed_precision.param_dtype=fp32" in argv, section
+        assert f"{section}.use_torch_compile=False" in argv, section
+    assert not [a for a in argv if "critic.model.fsdp_config" in a]
+    assert "actor_rollout_ref.rollout.dtype=fp32" in argv
+    plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert "verl/workers/engine/fsdp/transformer_impl.py" not in {site.file for site in plan.sites}
 
 
 def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:

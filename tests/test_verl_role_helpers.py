@@ -80,7 +80,7 @@ LOCK_FILES = sorted(LOCKS.glob("verl-*/py*-torch*.txt"))
 def test_every_locked_release_has_both_pairs():
     """A release folder with a lock has both: the env's (Python 3.10, torch 2.6) and CI's."""
     versions = sorted(p.parent.name for p in LOCKS.glob("verl-*/requirements.in"))
-    assert versions == ["verl-0.4.1", "verl-0.5.0", "verl-0.6.1"]
+    assert versions == ["verl-0.4.1", "verl-0.5.0", "verl-0.6.1", "verl-0.9.1"]
     for version in versions:
         got = sorted(p.name for p in (LOCKS / version).glob("py*-torch*.txt"))
         assert got == ["py3.10-torch2.6.txt", "py3.11-torch2.13.txt"], version
@@ -104,6 +104,15 @@ def test_locked_datasets_imports_with_the_locked_pyarrow(lock):
     pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
     datasets, pyarrow = (tuple(int(x) for x in pins[n].split(".")[:2]) for n in ("datasets", "pyarrow"))
     assert pyarrow < (21, 0) or datasets >= (2, 20), (pins["datasets"], pins["pyarrow"])
+
+
+@pytest.mark.parametrize("lock", [p for p in LOCK_FILES if p.name.endswith("-torch2.6.txt")],
+                         ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+def test_locked_transformers_imports_with_torch_26(lock):
+    """From 5.10.1 transformers' model code uses torch.float8_e8m0fnu at import (torch 2.7 added it):
+    with torch 2.6 verl's trainer fails importing modeling_mistral. A torch 2.6 lock must stay below."""
+    pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
+    assert tuple(int(x) for x in pins["transformers"].split(".")[:3]) < (5, 10, 1), pins["transformers"]
 
 
 def test_probe_reads_this_python(capsys):
