@@ -134,3 +134,45 @@ def test_settings_it_cannot_honour_are_named() -> None:
     found = "\n".join(eng.unsupported(bad))
     for key in ("rollout.mode", "calculate_log_probs", "ignore_eos", "free_cache_engine", "multi_turn.enable"):
         assert key in found
+
+
+def test_settings_the_server_cannot_honour_are_named() -> None:
+    """The rollout server (verl 0.7 on) refuses, naming each setting, what it would otherwise get wrong
+    silently: several GPUs per replica, weights kept through training, log-probs at another
+    temperature, a repetition penalty, and weights sent by a checkpoint engine it never receives."""
+    fine = {"tensor_model_parallel_size": 1, "data_parallel_size": 1, "pipeline_model_parallel_size": 1,
+            "free_cache_engine": True, "calculate_log_probs": True, "temperature": 1.0, "repetition_penalty": 1.0,
+            "checkpoint_engine": {"backend": "naive"}}
+    assert eng.server_unsupported(fine) == []
+    assert eng.server_unsupported({}) == []  # verl's defaults for what is not set
+    bad = {"tensor_model_parallel_size": 2, "data_parallel_size": 2, "pipeline_model_parallel_size": 2,
+           "free_cache_engine": False, "calculate_log_probs": True, "temperature": 0.7, "repetition_penalty": 1.1,
+           "checkpoint_engine": {"backend": "nccl"}}
+    found = eng.server_unsupported(bad)
+    assert len(found) == 7
+    text = "\n".join(found)
+    for key in ("tensor_model_parallel_size=2", "data_parallel_size=2", "pipeline_model_parallel_size=2",
+                "free_cache_engine=False", "temperature != 1", "repetition_penalty", "checkpoint_engine.backend=nccl"):
+        assert key in text
+
+
+class _Tokenizer:
+    eos_token_id = 7
+    pad_token_id = None
+
+
+class _ModelConfig:
+    def __init__(self, generation_eos: object = None, tokenizer: object = None) -> None:
+        self.generation_config = type("G", (), {"eos_token_id": generation_eos})()
+        self.tokenizer = tokenizer
+        self.local_path = "/models/m"
+
+
+def test_the_stop_ids_come_from_the_generation_config_then_the_tokenizer() -> None:
+    assert eng.token_ids(_ModelConfig([2, 3], _Tokenizer())) == ([2, 3], 2)  # no pad id: the first EOS pads
+    assert eng.token_ids(_ModelConfig(None, _Tokenizer())) == ([7], 7)
+    tokenizer = _Tokenizer()
+    tokenizer.pad_token_id = 0
+    assert eng.token_ids(_ModelConfig(5, tokenizer)) == ([5], 0)
+    with pytest.raises(eng.RolloutError, match="/models/m names no EOS token"):
+        eng.token_ids(_ModelConfig(None, None))

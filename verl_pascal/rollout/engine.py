@@ -92,6 +92,42 @@ def unsupported(config: Any) -> List[str]:
     return found
 
 
+def server_unsupported(config: Any) -> List[str]:
+    """What the Pascal rollout server (verl 0.7 on) cannot do that the rollout config asks for, each with
+    the setting to change."""
+    found = []
+    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
+        if int(setting(config, key, 1) or 1) != 1:
+            found.append(f"actor_rollout_ref.rollout.{key}={setting(config, key, 1)}: the Pascal rollout runs one "
+                         "replica per GPU; set it to 1")
+    if not setting(config, "free_cache_engine", True):
+        found.append("actor_rollout_ref.rollout.free_cache_engine=False would keep a full copy of the weights on "
+                     "the GPU through training: set it True")
+    if setting(config, "calculate_log_probs", False) and float(setting(config, "temperature", 1.0)) != 1.0:
+        found.append("actor_rollout_ref.rollout.calculate_log_probs=True with temperature != 1: the Pascal rollout "
+                     "returns the model's log-probs at temperature 1; set temperature=1.0 or leave the log-probs off")
+    if float(setting(config, "repetition_penalty", 1.0) or 1.0) != 1.0:
+        found.append("actor_rollout_ref.rollout.repetition_penalty: the Pascal rollout samples without one (use 1.0)")
+    backend = setting(setting(config, "checkpoint_engine", {}) or {}, "backend", "naive")
+    if str(backend) != "naive":
+        found.append(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend}: the Pascal rollout takes the "
+                     "actor's weights in the training worker's own process; use naive")
+    return found
+
+
+def token_ids(model_config: Any) -> Tuple[List[int], int]:
+    """The ids that end a response (the generation config's, else the tokenizer's) and the pad id."""
+    eos: Any = getattr(getattr(model_config, "generation_config", None), "eos_token_id", None)
+    tokenizer = getattr(model_config, "tokenizer", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        raise RolloutError(f"the model at {getattr(model_config, 'local_path', '?')} names no EOS token")
+    ids = [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+    pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+    return ids, int(pad if pad is not None else ids[0])
+
+
 def empty_model(hf_config: Any, attn_implementation: str) -> torch.nn.Module:
     """The causal LM for ``hf_config`` with every parameter on the meta device (no memory), buffers real."""
     import transformers

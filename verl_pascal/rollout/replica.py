@@ -46,43 +46,13 @@ from verl.utils.device import get_torch_device
 from verl.workers.rollout import base
 from verl.workers.rollout import replica as verl_replica
 
-from verl_pascal.rollout.engine import HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device
+from verl_pascal.rollout.engine import (HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device,
+                                       server_unsupported, token_ids)
 from verl_pascal.rollout.generate import setting
 from verl_pascal.rollout.server import GenerationServer, Limits, SamplingParams, TokenResult, decode, for_request
 
 NAME = "hf"
 MODE = "async"
-
-
-def unsupported(config: Any) -> List[str]:
-    """What the Pascal server cannot do that the rollout config asks for, each with the setting to change."""
-    found = []
-    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
-        if int(setting(config, key, 1) or 1) != 1:
-            found.append(f"actor_rollout_ref.rollout.{key}={setting(config, key, 1)}: the Pascal rollout runs one "
-                         "replica per GPU; set it to 1")
-    if not setting(config, "free_cache_engine", True):
-        found.append("actor_rollout_ref.rollout.free_cache_engine=False would keep a full copy of the weights on "
-                     "the GPU through training: set it True")
-    if setting(config, "calculate_log_probs", False) and float(setting(config, "temperature", 1.0)) != 1.0:
-        found.append("actor_rollout_ref.rollout.calculate_log_probs=True with temperature != 1: the Pascal rollout "
-                     "returns the model's log-probs at temperature 1; set temperature=1.0 or leave the log-probs off")
-    if float(setting(config, "repetition_penalty", 1.0) or 1.0) != 1.0:
-        found.append("actor_rollout_ref.rollout.repetition_penalty: the Pascal rollout samples without one (use 1.0)")
-    return found
-
-
-def token_ids(model_config: Any) -> Tuple[List[int], int]:
-    """The ids that end a response (the generation config's, else the tokenizer's) and the pad id."""
-    eos: Any = getattr(getattr(model_config, "generation_config", None), "eos_token_id", None)
-    tokenizer = getattr(model_config, "tokenizer", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        raise RolloutError(f"the model at {getattr(model_config, 'local_path', '?')} names no EOS token")
-    ids = [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
-    pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
-    return ids, int(pad if pad is not None else ids[0])
 
 
 # --------------------------------------------------------------------------
@@ -106,7 +76,7 @@ class PascalAsyncRollout(base.BaseRollout):
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1,
                  **kwargs: Any) -> None:
         super().__init__(config, model_config, device_mesh)
-        refuse(unsupported(self.config))
+        refuse(server_unsupported(self.config))
         self.engine = HFEngine(hf_config=self.model_config.hf_config, device=rollout_device(),
                                dtype=dtype_of(self.config.dtype), attn_implementation=attention(self.model_config))
         self.eos_token_ids, self.pad_token_id = token_ids(self.model_config)
@@ -252,7 +222,7 @@ class PascalReplica(verl_replica.RolloutReplica):
                            "actor_rollout_ref.hybrid_engine=True and leave rollout.nnodes at 0")
 
     async def launch_servers(self) -> None:
-        refuse(unsupported(self.config))
+        refuse(server_unsupported(self.config))
         if self.rollout_mode != verl_replica.RolloutMode.HYBRID:
             self.get_ray_class_with_init_args()
         if len(self.workers) != 1:
