@@ -85,7 +85,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         rows = {split: converted(args, split) for split in SPLITS}
         paths = {split: os.path.join(args.out, f"{split}.parquet") for split in SPLITS}
-        changed = gsm8k.write_together({paths[s]: gsm8k.parquet_bytes(rows[s]) for s in SPLITS})
+        changed = gsm8k.write_together({paths[s]: gsm8k.parquet_bytes(rows[s]) for s in SPLITS},
+                                       holds=gsm8k.same_table)
     except (gsm8k.DataError, OSError) as exc:
         print(f"gsm8k-to-verl: {exc}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = ' Let\'s think step by step and output the final answer after "####".'
@@ -160,6 +160,22 @@ def _holds(path: str, data: bytes) -> bool:
         return False
 
 
+def same_table(path: str, data: bytes) -> bool:
+    """True when the parquet file at path holds the table that the parquet bytes ``data`` hold:
+    the same schema and rows, whichever pyarrow wrote it. Another pyarrow (a verl release's lock
+    brings its own) writes the same rows as other bytes; the data is the same and stays."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if _holds(path, data):
+        return True
+    try:
+        there = pq.read_table(path)
+    except (OSError, pa.ArrowException):  # missing, or not a parquet file: write it
+        return False
+    return bool(there.equals(pq.read_table(pa.BufferReader(data)), check_metadata=False))
+
+
 def _write_temp(path: str, data: bytes) -> str:
     """data in a new temporary file beside path, mode OUTPUT_MODE; its name."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -186,16 +202,17 @@ def _fix_mode(path: str) -> bool:
     return True
 
 
-def write_together(files: Mapping[str, bytes]) -> Dict[str, bool]:
+def write_together(files: Mapping[str, bytes], holds: Callable[[str, bytes], bool] = _holds) -> Dict[str, bool]:
     """Write every file or none: each new content goes to a temporary file
     beside its target first, and the targets are replaced only once all are
     written (the temporary files are removed on failure). Files that already
-    hold their content are left alone. Returns {path: changed}."""
+    hold their content (``holds``: the same bytes, or :func:`same_table`) are
+    left alone. Returns {path: changed}."""
     pending: List[Tuple[str, str]] = []
     changed: Dict[str, bool] = {}
     try:
         for path, data in files.items():
-            if not _holds(path, data):
+            if not holds(path, data):
                 pending.append((_write_temp(path, data), path))
         for path in files:
             changed[path] = any(target == path for _, target in pending) or _fix_mode(path)
