@@ -1,0 +1,104 @@
+"""The launch script's overrides against each supported release's own configuration files.
+
+For every release the verl role installs (a folder with a lock) and every GPU
+profile, the rendered launch script's Hydra overrides are composed with Hydra
+itself against the ``verl/trainer/config`` of the release's real sdist, the
+way ``python -m verl.trainer.main_ppo --cfg job`` composes them, but without
+verl's dependencies: a key the release does not have (without ``++``) stops
+the composition, and every override must land at its key with its value. A
+key that composes only because ``++`` added it, which verl's dataclasses then
+refuse, is what the box-side validation catches (tests/test_runconfig_check.py
+and the Molecule upgrade scenario, against installed releases).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+pytest.importorskip("hydra")
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+from hydra.errors import ConfigCompositionException  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from verl_pascal import profiles, verl_releases  # noqa: E402
+from verl_pascal.launch import render  # noqa: E402
+
+LOCKED = sorted(verl_releases.sdists())
+PROFILES = list(profiles.rows())
+
+
+def launch_overrides(tmp_path: Path, version: str, profile: str, **extra: Any) -> List[str]:
+    """The Hydra overrides the launch script rendered for ``version`` passes to main_ppo (its --dry-run)."""
+    script = render.write(str(tmp_path / "verl-ppo"), {
+        "verl_version": version, "launch_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
+        "launch_model_dir": "/opt/verl-pascal/models/m", **extra})
+    out = subprocess.run([script, "--dry-run"], capture_output=True, text=True, check=True, timeout=60).stdout
+    return shlex.split(out)[3:]  # after python -m verl.trainer.main_ppo
+
+
+def composed(tree: Path, overrides: List[str]) -> Any:
+    with initialize_config_dir(config_dir=str(tree / "verl" / "trainer" / "config"), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def misplaced(cfg: Any, overrides: List[str]) -> Dict[str, Any]:
+    """Each override whose key does not hold its value in the composed configuration: {override: found}."""
+    parser = OverridesParser.create()
+    wrong = {}
+    for override, parsed in zip(overrides, parser.parse_overrides(overrides)):
+        found = OmegaConf.select(cfg, parsed.key_or_group)
+        if OmegaConf.is_config(found):
+            found = OmegaConf.to_container(found)
+        if found != parsed.value():
+            wrong[override] = found
+    return wrong
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("version", LOCKED)
+def test_every_override_of_the_launch_script_lands_in_the_releases_own_config(
+        version: str, profile: str, extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    overrides = launch_overrides(tmp_path, version, profile)
+    cfg = composed(extracted(version), overrides)
+    assert misplaced(cfg, overrides) == {}
+    assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.name") == profiles.rows()[profile]["rollouts"][0]
+
+
+@pytest.mark.parametrize("version", [v for v in LOCKED if verl_releases.read(v).get("key_renames")])
+def test_a_release_that_moved_keys_refuses_them_spelled_the_old_way(
+        version: str, extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    """The negative control of the renames: the launch script rendered as if the release had moved
+    nothing passes keys the release does not have, and the composition stops at the first."""
+    release = {k: v for k, v in verl_releases.read(version).items() if k != "key_renames"}
+    overrides = launch_overrides(tmp_path, version, "pascal",
+                                 verl_releases={**{v: verl_releases.read(v) for v in LOCKED}, version: release})
+    old = next(iter(verl_releases.read(version)["key_renames"]))
+    assert [o for o in overrides if o.startswith(old)]
+    with pytest.raises(ConfigCompositionException, match="Could not override '" + old.replace(".", r"\.")):
+        composed(extracted(version), overrides)
+
+
+def test_the_pascal_settings_land_where_each_release_reads_them(extracted: Callable[[str], Path],
+                                                                tmp_path: Path) -> None:
+    """What P40 rules need, read back from the composed configuration of each release: no padding
+    removal (flash-attn varlen), no torch.compile in the actor, fp32 FSDP params for the critic under
+    the key the release reads, and the HF rollout; on the server releases, fp32 for the rollout too."""
+    for version in LOCKED:
+        release = verl_releases.read(version)
+        cfg = composed(extracted(version), launch_overrides(tmp_path, version, "pascal"))
+        critic = "critic.fsdp" if release.get("key_renames") else "critic.model.fsdp_config"
+        assert OmegaConf.select(cfg, "actor_rollout_ref.model.use_remove_padding") is False, version
+        assert OmegaConf.select(cfg, "critic.model.use_remove_padding") is False, version
+        assert OmegaConf.select(cfg, "actor_rollout_ref.actor.use_torch_compile") is False, version
+        assert OmegaConf.select(cfg, f"{critic}.mixed_precision.param_dtype") == "fp32", version
+        assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.name") == "hf", version
+        if release.get("rollout_mode") == "async":
+            assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.dtype") == "fp32", version
+            assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.mode") == "async", version
+            assert OmegaConf.select(cfg, "actor_rollout_ref.actor.fsdp_config.use_torch_compile") is False, version
