@@ -10,8 +10,10 @@ GSM8K rule reward) with the P40-rules guard active in every process
 (allocator cap, TF32 off, any bf16/fp16 result or flash/cuDNN attention
 kernel on the GPU fails the run).
 
---control restores verl's bf16 autocasts after patching (the negative
-control): the guard must fail that run.
+--control puts bf16 back after patching (the negative control): verl's
+literal bf16 autocasts where the patcher disabled them, and the critic's FSDP
+param dtype through the configuration, where verl 0.8 and newer autocast (the
+key as the release spells it). The guard must fail that run.
 
 Prints one JSON line per run: steps completed, seconds per step, generated
 tokens per second, peak GPU memory per process, violations, and the error if
@@ -70,6 +72,18 @@ def restore_autocasts(src: str) -> None:
         text = open(path).read()
         if site["after"] in text:
             open(path, "w").write(text.replace(site["after"], site["before"], 1))
+
+
+#: The negative control's bf16 for the critic, as 0.5.0 spells the key (renamed for the release).
+CONTROL_OVERRIDE = "++critic.model.fsdp_config.mixed_precision.param_dtype=bf16"
+
+
+def control_overrides(version: str) -> List[str]:
+    """The negative control's configuration part, with the key as ``version`` spells it."""
+    from verl_pascal import verl_releases
+    from verl_pascal.launch import render
+
+    return [render.project_filters()["release_keys"](CONTROL_OVERRIDE, verl_releases.read(version))]
 
 
 def prepare_data(work: str, count: int) -> str:
@@ -198,6 +212,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     }
     extra = [f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=False",
              f"trainer.experiment_name={args.shape}-b{args.train_batch}-{args.attn}"] + args.override
+    if args.control:
+        extra += control_overrides(sdist_version(args.verl_sdist))
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
     with SmiSampler() as smi, open(log_path, "w") as log_file:
@@ -260,7 +276,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--problems", type=int, default=512)
     p.add_argument("--memory-gib", type=float, default=22.0)
     p.add_argument("--no-guard", action="store_true", help="memory cap and TF32 off only, no op guard (to measure its cost)")
-    p.add_argument("--control", action="store_true", help="restore verl's bf16 autocasts: the guard must fail the run")
+    p.add_argument("--control", action="store_true",
+                   help="put bf16 back (verl's autocasts, the critic's param dtype): the guard must fail the run")
     p.add_argument("--timeout", type=int, default=3000)
     p.add_argument("--override", action="append", default=[], help="extra Hydra override")
     p.add_argument("--model-dir", default="", help="a model made by verl_pascal/models (default: make one)")

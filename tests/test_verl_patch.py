@@ -60,6 +60,8 @@ EXPECTED = DATA / "expected"
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
     "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5},
+    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5},
+    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9},
     "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10},
     "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
     "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
@@ -74,6 +76,22 @@ REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
         ("verl/workers/rollout/hf_rollout.py", 111, KIND_AUTOCAST),
         ("verl/utils/attention_utils.py", 71, KIND_BERT),
         ("verl/utils/torch_functional.py", 634, KIND_BERT),
+    ],
+    "0.8.0": [
+        ("verl/utils/model.py", 645, KIND_ATTN),  # the critic's value head
+        ("verl/utils/model.py", 667, KIND_ATTN),
+        ("verl/workers/config/model.py", 185, KIND_ATTN),
+        ("verl/workers/engine/automodel/transformer_impl.py", 688, KIND_AUTOCAST),
+        ("verl/utils/attention_utils.py", 30, KIND_BERT),
+    ],
+    "0.7.1": [
+        ("verl/workers/critic/dp_critic.py", 61, KIND_AUTOCAST),
+        ("verl/workers/engine/fsdp/transformer_impl.py", 1108, KIND_AUTOCAST),
+        ("verl/utils/model.py", 641, KIND_ATTN),  # the critic's value head
+        ("verl/utils/model.py", 663, KIND_ATTN),
+        ("verl/workers/fsdp_workers.py", 394, KIND_ATTN),
+        ("verl/workers/fsdp_workers.py", 1401, KIND_ATTN),
+        ("verl/utils/attention_utils.py", 30, KIND_BERT),
     ],
     "0.6.1": [
         ("verl/workers/critic/dp_critic.py", 61, KIND_AUTOCAST),
@@ -219,9 +237,11 @@ def _literals(text: str, value: str) -> List[str]:
 # table from an attention's name to its kernel's (engine.py), looked up with the attention asked for.
 NAMING_NOT_ASKING: Dict[str, Dict[str, int]] = {
     "0.9.1": {"verl/models/transformers/monkey_patch.py": 1, "verl/workers/config/engine.py": 1},
+    "0.8.0": {"verl/models/transformers/monkey_patch.py": 1, "verl/workers/config/engine.py": 1},
+    "0.7.1": {"verl/models/transformers/monkey_patch.py": 1},
 }
 # A file of each release that asks for FlashAttention-2 in a call (the patch writes the attention asked for).
-ATTN_CALL_FILE = {"0.9.1": "verl/utils/model.py"}
+ATTN_CALL_FILE = {"0.9.1": "verl/utils/model.py", "0.8.0": "verl/utils/model.py", "0.7.1": "verl/utils/model.py"}
 
 
 @real_versions
@@ -465,14 +485,15 @@ def test_the_release_before_a_supported_one_is_refused(extracted: Callable[[str]
     assert snapshot(tree) == before
 
 
-@pytest.mark.parametrize("real_tree", ["0.6.1"], indirect=True)
-def test_061_autocasts_the_actor_with_a_config_dtype_the_launch_sets(real_tree: Path) -> None:
-    """verl 0.6.1's actor (and reference) autocast with fsdp_config.dtype, not a literal the patcher
-    could find: the release folder's fp32 overrides set exactly that key."""
+@pytest.mark.parametrize("real_tree", ["0.6.1", "0.7.1"], indirect=True)
+def test_legacy_actor_autocasts_with_a_config_dtype_the_launch_sets(real_tree: Path) -> None:
+    """verl 0.6.1's and 0.7.1's actor (and reference) autocast with fsdp_config.dtype, not a literal the
+    patcher could find: the release folder's fp32 overrides set exactly that key."""
+    version = real_tree.name[len("verl-"):]
     actor = (real_tree / "verl/workers/actor/dp_actor.py").read_text()
     assert 'self.config.fsdp_config.get("dtype", "bfloat16")' in actor
     assert "torch.autocast(device_type=self.device_name, dtype=self.param_dtype)" in actor
-    overrides = verl_releases.read("0.6.1")["profile_overrides"]["fp32"]
+    overrides = verl_releases.read(version)["profile_overrides"]["fp32"]
     assert {"actor_rollout_ref.actor.fsdp_config.dtype=fp32", "actor_rollout_ref.ref.fsdp_config.dtype=fp32"} <= set(overrides)
     plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert "verl/workers/actor/dp_actor.py" not in {site.file for site in plan.sites}
@@ -482,11 +503,11 @@ def test_061_autocasts_the_actor_with_a_config_dtype_the_launch_sets(real_tree: 
 ENGINE_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
 
 
-@pytest.mark.parametrize("real_tree", ["0.9.1"], indirect=True)
-def test_091_engine_autocast_and_compile_are_config_driven_and_the_launch_turns_both_off(
+@pytest.mark.parametrize("real_tree", ["0.8.0", "0.9.1"], indirect=True)
+def test_engine_autocast_and_compile_are_config_driven_and_the_launch_turns_both_off(
         real_tree: Path, tmp_path: Path) -> None:
-    """verl 0.9.1's FSDP engine autocasts with mixed_precision.param_dtype (bf16 when unset) and
-    compiles its entropy unless fsdp_config.use_torch_compile is off: no literal for the patcher.
+    """verl 0.8.0's and 0.9.1's FSDP engine autocasts with mixed_precision.param_dtype (bf16 when
+    unset) and compiles its entropy unless fsdp_config.use_torch_compile is off: no literal for the patcher.
     The launch script must set both, for the actor, the reference and the critic, under the keys
     the release reads (critic.fsdp.*, not 0.5.0's critic.model.fsdp_config.*)."""
     from verl_pascal.launch import render
@@ -495,7 +516,8 @@ def test_091_engine_autocast_and_compile_are_config_driven_and_the_launch_turns_
     assert 'param_dtype = PrecisionType.to_dtype(mixed_precision_config.get("param_dtype", "bf16"))' in engine
     assert "nullcontext()\n            if autocast_dtype == torch.float32" in engine
     assert "torch.compile(entropy_from_logits, dynamic=True)\n            if self.engine_config.use_torch_compile" in engine
-    script = render.write(str(tmp_path / "verl-ppo"), {"verl_version": "0.9.1", "launch_data_dir": "/d",
+    version = real_tree.name[len("verl-"):]
+    script = render.write(str(tmp_path / "verl-ppo"), {"verl_version": version, "launch_data_dir": "/d",
                                                        "launch_model_dir": "/m"})
     argv = subprocess.run([script, "--dry-run"], capture_output=True, text=True, check=True).stdout.split()
     for section in ENGINE_SECTIONS:

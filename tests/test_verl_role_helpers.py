@@ -80,7 +80,7 @@ LOCK_FILES = sorted(LOCKS.glob("verl-*/py*-torch*.txt"))
 def test_every_locked_release_has_both_pairs():
     """A release folder with a lock has both: the env's (Python 3.10, torch 2.6) and CI's."""
     versions = sorted(p.parent.name for p in LOCKS.glob("verl-*/requirements.in"))
-    assert versions == ["verl-0.4.1", "verl-0.5.0", "verl-0.6.1", "verl-0.9.1"]
+    assert versions == ["verl-0.4.1", "verl-0.5.0", "verl-0.6.1", "verl-0.7.1", "verl-0.8.0", "verl-0.9.1"]
     for version in versions:
         got = sorted(p.name for p in (LOCKS / version).glob("py*-torch*.txt"))
         assert got == ["py3.10-torch2.6.txt", "py3.11-torch2.13.txt"], version
@@ -104,6 +104,15 @@ def test_locked_datasets_imports_with_the_locked_pyarrow(lock):
     pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
     datasets, pyarrow = (tuple(int(x) for x in pins[n].split(".")[:2]) for n in ("datasets", "pyarrow"))
     assert pyarrow < (21, 0) or datasets >= (2, 20), (pins["datasets"], pins["pyarrow"])
+
+
+@pytest.mark.parametrize("lock", LOCK_FILES, ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+def test_locked_pyarrow_imports_with_the_locked_numpy(lock):
+    """pyarrow 26 raises at import under numpy 1.x ('pyarrow requires NumPy 2.0 or newer'), though its
+    metadata accepts it: a lock that keeps verl's numpy<2 must pin pyarrow below 26."""
+    pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
+    numpy, pyarrow = (int(pins[n].split(".")[0]) for n in ("numpy", "pyarrow"))
+    assert numpy >= 2 or pyarrow < 26, (pins["numpy"], pins["pyarrow"])
 
 
 @pytest.mark.parametrize("lock", [p for p in LOCK_FILES if p.name.endswith("-torch2.6.txt")],
