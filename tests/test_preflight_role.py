@@ -305,3 +305,30 @@ def test_training_as_root_is_refused_before_any_change(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "never trains as root" in proc.stdout
     assert facts == {}
+
+
+def test_a_verl_release_without_a_lock_for_this_stack_is_refused_before_the_gpus_are_read(tmp_path: Path) -> None:
+    """torch 2.7.1 is a stack verl 0.9.1 has no dependency lock for: preflight names the stacks it is
+    locked for and the command that writes the missing lock, before anything else."""
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "verl_version=0.9.1",
+                                "-e", "torch_version=2.7.1+cu118", "-e", "pytorch_allow_unhashed=true")
+    assert proc.returncode != 0 and not facts
+    text = " ".join(proc.stdout.split())
+    assert "verl 0.9.1 has no dependency lock for this stack, Python 3.10 with torch 2.7.1+cu118" in text
+    assert "It is locked for Python 3.10 with torch 2.6, Python 3.11 with torch 2.13" in text
+    assert 'LOCK_PAIRS="3.10:2.7.1" scripts/lock-verl-deps.sh 0.9.1' in text
+    assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_a_torch_older_than_the_release_needs_is_refused_before_the_gpus_are_read(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "verl_version=0.9.1",
+                                "-e", "torch_version=2.5.1+cu118", "-e", "pytorch_allow_unhashed=true")
+    assert proc.returncode != 0 and not facts
+    assert "verl 0.9.1 needs torch 2.6 or newer" in " ".join(proc.stdout.split())
+    assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_a_supported_release_on_its_stack_passes(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "verl_version=0.9.1")
+    assert proc.returncode == 0, proc.stdout
+    assert facts["profile"] == "pascal"
