@@ -104,3 +104,12 @@ def test_this_environment_has_no_verl_so_there_is_no_validator() -> None:
 def test_the_command_line_passes_the_file_and_the_capability(tmp_path: Path) -> None:
     assert check.main([composed(tmp_path, "vllm"), "--min-compute-capability", "6.1"]) == 2
     assert check.main([composed(tmp_path, "vllm"), "--min-compute-capability", "8.6"]) == 0
+
+
+@pytest.mark.parametrize("bad", ["", "six", "6.x", "-1"])
+def test_a_malformed_capability_is_a_usage_error_not_a_traceback(tmp_path: Path, bad: str,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        check.main([composed(tmp_path, "vllm"), "--min-compute-capability", bad])
+    assert exit_info.value.code == 2
+    assert "expected a compute capability such as 6.1" in capsys.readouterr().err

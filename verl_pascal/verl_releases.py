@@ -1,7 +1,8 @@
 """The verl release folders (releases/verl-X/ beside this file), for Python.
 
 Each folder holds everything release-specific: release.yml (sdist name and
-sha256, rollout mode, minimum torch, Hydra overrides, the patch-site table)
+sha256, rollout mode, minimum torch, Hydra overrides, key renames, the
+modules checked before activation, the patch-site table)
 and the dependency locks. Ansible reads the same folders (the verl role and
 the site settings); this module is how the package's commands and the tests
 read them. Adding a release is adding a folder.

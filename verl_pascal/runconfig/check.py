@@ -39,8 +39,16 @@ def say(message: str) -> None:
 
 
 def capability(text: str) -> tuple:
+    """``6.1`` -> (6, 1); a malformed value is argparse's error (it names the option), never a traceback."""
     major, _, minor = text.partition(".")
+    if not (major.isdigit() and (minor.isdigit() or not minor)):
+        raise argparse.ArgumentTypeError(f"expected a compute capability such as 6.1, not {text!r}")
     return int(major), int(minor or 0)
+
+
+def capability_text(text: str) -> str:
+    capability(text)
+    return text
 
 
 def rollout_refusal(rollout: str, min_compute_capability: str) -> List[str]:
@@ -115,7 +123,8 @@ def judge(path: str, min_compute_capability: str,
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("composed", help="the configuration main_ppo --cfg job printed")
-    parser.add_argument("--min-compute-capability", required=True, help="the box's lowest, as major.minor")
+    parser.add_argument("--min-compute-capability", required=True, type=capability_text,
+                        help="the box's lowest, as major.minor")
     args = parser.parse_args(argv)
     return judge(args.composed, args.min_compute_capability)
 
