@@ -145,18 +145,71 @@ def test_many_requests_in_flight_get_what_each_gets_alone_and_are_batched(model)
     assert server.batch_sizes == [6, 6, 4]
 
 
+async def send_spread(server: srv.GenerationServer, prompts: List[List[int]], params: srv.SamplingParams,
+                      every_s: float) -> List[srv.TokenResult]:
+    """The requests one after another, ``every_s`` apart (as verl's agent-loop workers send them)."""
+    futures = []
+    for prompt in prompts:
+        futures.append(asyncio.ensure_future(server.generate(prompt, params)))
+        await asyncio.sleep(every_s)
+    return await asyncio.gather(*futures)
+
+
+def test_requests_spread_over_less_than_the_gather_time_make_one_batch(model) -> None:
+    """One step's prompts come from several processes, milliseconds apart: they must not be split
+    into a small first batch and a second one that waits for it (which doubles a step's generation)."""
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, gather_s=0.1)
+    params = srv.SamplingParams(max_tokens=6, temperature=0)
+    results = asyncio.run(send_spread(server, PROMPTS, params, every_s=0.02))
+    assert server.batch_sizes == [len(PROMPTS)]
+    assert [r.token_ids for r in results] == [alone(model, p, params).token_ids for p in PROMPTS]
+
+
+def test_without_a_gather_time_spread_requests_are_split(model) -> None:
+    """The negative control of the test above: with no waiting, the same spread makes several batches."""
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, gather_s=0)
+    params = srv.SamplingParams(max_tokens=6, temperature=0)
+    asyncio.run(send_spread(server, PROMPTS, params, every_s=0.02))
+    assert len(server.batch_sizes) > 1 and sum(server.batch_sizes) == len(PROMPTS)
+
+
+def test_gathering_stops_at_a_full_batch_or_the_longest_wait(model) -> None:
+    params = srv.SamplingParams(max_tokens=4, temperature=0)
+    full = srv.GenerationServer(model, [EOS], PAD, max_batch_size=2, gather_s=5.0, max_gather_s=10.0)
+
+    async def timed(server, every_s):
+        start = asyncio.get_running_loop().time()
+        await send_spread(server, PROMPTS[:4], params, every_s)
+        return asyncio.get_running_loop().time() - start
+
+    assert asyncio.run(timed(full, 0)) < 2.0 and full.batch_sizes == [2, 2]
+    # a steady trickle, each request within gather_s of the last, is cut at max_gather_s
+    trickle = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, gather_s=0.2, max_gather_s=0.25)
+    asyncio.run(timed(trickle, 0.1))
+    assert len(trickle.batch_sizes) > 1 and sum(trickle.batch_sizes) == 4
+    with pytest.raises(ValueError, match="gather_s"):
+        srv.GenerationServer(model, [EOS], PAD, gather_s=2.0, max_gather_s=1.0)
+
+
 def test_requests_that_arrive_while_a_batch_runs_make_the_next_batch(model) -> None:
-    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32)
+    started = []
+
+    async def slow(handle, prompts, params, eos, pad):
+        started.append(len(prompts))
+        await asyncio.sleep(0.3)
+        return srv.decode(handle, prompts, params, eos, pad)
+
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, run=slow, gather_s=0.02)
     params = srv.SamplingParams(max_tokens=6, temperature=0)
 
     async def staggered():
         first = [asyncio.ensure_future(server.generate(p, params)) for p in PROMPTS[:3]]
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.15)  # the first batch has started
         later = [asyncio.ensure_future(server.generate(p, params)) for p in PROMPTS[3:]]
         return await asyncio.gather(*first, *later)
 
     results = asyncio.run(staggered())
-    assert len(results) == len(PROMPTS) and sum(server.batch_sizes) == len(PROMPTS)
+    assert started == [3, len(PROMPTS) - 3]
     assert [r.token_ids for r in results] == [alone(model, p, params).token_ids for p in PROMPTS]
 
 

@@ -13,8 +13,13 @@ server core; an adapter for verl's replica interface builds on it.
   the model (the log-softmax of the raw logits, before temperature, top-k and
   top-p), and why it stopped.
 - :class:`GenerationServer` queues concurrent requests and runs them in
-  batches of up to ``max_batch_size`` (requests that arrive while a batch
-  runs make the next one). :meth:`GenerationServer.load` takes the trainer's
+  batches of up to ``max_batch_size``. verl's agent loop sends a step's
+  prompts from several worker processes, so they arrive spread over some
+  milliseconds: before a batch starts, the server waits while requests keep
+  coming (until ``gather_s`` passes with none new, at most ``max_gather_s``),
+  so that one step's prompts make one batch rather than a small first batch
+  and a second one that waits for it. Requests that arrive while a batch runs
+  make the next one. :meth:`GenerationServer.load` takes the trainer's
   new weights without a copy (``load_state_dict(assign=True)`` into the
   model), and :meth:`GenerationServer.release` drops the model, its KV cache
   and activations so that training gets the memory back.
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -102,25 +107,45 @@ class TokenResult:
 
 
 def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """One row's logits after temperature, then top-k, then top-p (always at least one token)."""
+    """Logits (one row, or rows that share ``params``) after temperature, then top-k, then top-p
+    (always at least one token per row)."""
     scores = logits / params.temperature
-    if params.top_k > 0 and params.top_k < scores.numel():
-        kth = torch.topk(scores, params.top_k).values[-1]
+    if params.top_k > 0 and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if params.top_p < 1.0:
-        ascending, order = torch.sort(scores)
+        ascending, order = torch.sort(scores, dim=-1)
         drop = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - params.top_p)
-        drop[-1] = False
-        scores = scores.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+        drop[..., -1] = False
+        scores = scores.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
     return scores
 
 
-def pick(logits: torch.Tensor, params: SamplingParams, generator: Optional[torch.Generator]) -> int:
-    """The next token of one row: the argmax when greedy, else one draw from the warped distribution."""
-    if params.greedy:
-        return int(logits.argmax())
-    probs = warp(logits, params).softmax(dim=-1)
-    return int(torch.multinomial(probs, num_samples=1, generator=generator))
+def _groups(params: Sequence[SamplingParams], rows: Sequence[int]) -> Dict[Tuple[float, float, int], List[int]]:
+    """The sampled rows among ``rows``, grouped by the settings that shape their distribution."""
+    groups: Dict[Tuple[float, float, int], List[int]] = {}
+    for row in rows:
+        if not params[row].greedy:
+            groups.setdefault((params[row].temperature, params[row].top_p, params[row].top_k), []).append(row)
+    return groups
+
+
+def pick_rows(logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[Optional[torch.Generator]],
+              rows: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """The next token of each of ``rows`` (default: all) as a tensor on the logits' device: argmax for
+    the greedy rows, and for the others one draw each, with its own generator, from its warped
+    distribution. The rows that share settings are warped together, and nothing waits for the
+    device (no transfer to the host), so a batch costs a few kernels, not a few per row."""
+    rows = list(range(logits.shape[0])) if rows is None else list(rows)
+    index = torch.tensor(rows, device=logits.device)
+    tokens = logits.index_select(0, index).argmax(dim=-1)
+    where = {row: i for i, row in enumerate(rows)}
+    for members in _groups(params, rows).values():
+        probs = warp(logits.index_select(0, torch.tensor(members, device=logits.device)), params[members[0]]
+                     ).softmax(dim=-1)
+        draws = [torch.multinomial(probs[i], num_samples=1, generator=generators[row]) for i, row in enumerate(members)]
+        tokens[torch.tensor([where[row] for row in members], device=logits.device)] = torch.cat(draws)
+    return tokens
 
 
 def generator_for(params: SamplingParams, device: torch.device) -> Optional[torch.Generator]:
@@ -147,7 +172,9 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.
 @torch.no_grad()
 def decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], eos_token_ids: Set[int],
            pad_token_id: int) -> List[TokenResult]:
-    """Generate for each prompt with its settings, as one batch with the model's KV cache."""
+    """Generate for each prompt with its settings, as one batch with the model's KV cache. Each step
+    picks every running row's token on the device and brings the tokens and their log-probs to the
+    host in one transfer."""
     if not prompts or len(prompts) != len(params):
         raise ValueError(f"{len(prompts)} prompts for {len(params)} settings")
     if any(len(p) == 0 for p in prompts):
@@ -161,20 +188,20 @@ def decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[Sampli
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
         past = out.past_key_values
         logits = out.logits[:, -1, :].float()
-        log_probs = torch.log_softmax(logits, dim=-1)
-        tokens = []
-        for row, result in enumerate(results):
-            if result.stop_reason is not None:
-                tokens.append(pad_token_id)
-                continue
-            token = pick(logits[row], params[row], generators[row])
+        running = [row for row, result in enumerate(results) if result.stop_reason is None]
+        picked = pick_rows(logits, params, generators, running)
+        chosen = torch.log_softmax(logits.index_select(0, torch.tensor(running, device=device)), dim=-1).gather(
+            1, picked[:, None]).squeeze(1)
+        tokens = [pad_token_id] * len(results)
+        for row, token, log_prob in zip(running, picked.tolist(), chosen.tolist()):
+            result = results[row]
             result.token_ids.append(token)
-            result.log_probs.append(float(log_probs[row, token]))
+            result.log_probs.append(log_prob)
             if token in eos_token_ids:
                 result.stop_reason = "completed"
             elif len(result.token_ids) >= params[row].max_tokens:
                 result.stop_reason = "length"
-            tokens.append(token)
+            tokens[row] = token
         if all(r.stop_reason is not None for r in results):
             return results
         ids = torch.tensor(tokens, device=device)[:, None]
@@ -200,9 +227,14 @@ class GenerationServer:
     """
 
     def __init__(self, model: Any, eos_token_ids: Sequence[int], pad_token_id: int, max_batch_size: int = 32,
-                 run: Optional[Callable[..., List[TokenResult]]] = None) -> None:
+                 run: Optional[Callable[..., List[TokenResult]]] = None, gather_s: float = 0.05,
+                 max_gather_s: float = 1.0) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be 1 or more, not {max_batch_size}")
+        if gather_s < 0 or max_gather_s < gather_s:
+            raise ValueError(f"need 0 <= gather_s <= max_gather_s, not {gather_s} and {max_gather_s}")
+        self.gather_s = gather_s
+        self.max_gather_s = max_gather_s
         self.model: Any = model
         self.eos_token_ids = set(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
@@ -222,10 +254,25 @@ class GenerationServer:
             self._worker = asyncio.ensure_future(self._drain())
         return await future
 
+    async def _gather(self) -> None:
+        """Wait while requests keep arriving: until the batch is full, ``gather_s`` passes with none
+        new, or ``max_gather_s`` has passed."""
+        await asyncio.sleep(0)  # the requests sent together
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_gather_s
+        seen = len(self._pending)
+        while 0 < seen < self.max_batch_size and self.gather_s > 0:
+            await asyncio.sleep(max(0.0, min(self.gather_s, deadline - loop.time())))
+            if len(self._pending) == seen or loop.time() >= deadline:
+                return
+            seen = len(self._pending)
+
     async def _drain(self) -> None:
         """Run the queued requests in batches until none is left."""
-        await asyncio.sleep(0)  # let the requests sent together join the first batch
-        while self._pending:
+        while True:
+            await self._gather()
+            if not self._pending:
+                return
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
             self.batch_sizes.append(len(batch))
             args = (self.model, [b[0] for b in batch], [b[1] for b in batch], self.eos_token_ids, self.pad_token_id)
