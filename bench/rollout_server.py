@@ -7,9 +7,7 @@ requests from ``--senders`` senders, each sender's requests ``--spread-ms``
 apart, to :class:`verl_pascal.rollout.server.GenerationServer` holding a
 random-weight Qwen2 of the chosen shape (``verl_pascal/models``), in fp32, and
 prints one JSON line per setting of the gather time: the batches the server
-ran, the wall time, and generated tokens per second. ``--decode old`` also
-times the per-row sampling loop the server used before (a host round trip per
-row and token), kept here only as the baseline.
+ran, the wall time, and generated tokens per second.
 
     python3 -m bench.rollout_server --shape tiny --requests 32 --max-tokens 64
     python3 -m bench.rollout_server --shape qwen2.5-0.5b --device cuda --max-tokens 256
@@ -42,39 +40,6 @@ def random_model(shape: str, device: str) -> Any:
     return transformers.Qwen2ForCausalLM(config).to(device=device, dtype=torch.float32).eval()
 
 
-def old_decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[srv.SamplingParams],
-               eos_token_ids: Any, pad_token_id: int) -> List[srv.TokenResult]:
-    """The baseline: each row's token picked and read back on its own (two host round trips a row)."""
-    device = next(model.parameters()).device
-    generators = [srv.generator_for(p, device) for p in params]
-    results = [srv.TokenResult() for _ in prompts]
-    ids, mask, positions = srv.left_pad(prompts, pad_token_id, device)
-    past = None
-    with torch.no_grad():
-        while True:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
-                        use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            log_probs = torch.log_softmax(logits, dim=-1)
-            tokens = []
-            for row, result in enumerate(results):
-                if result.stop_reason is not None:
-                    tokens.append(pad_token_id)
-                    continue
-                token = int(srv.pick_rows(logits[row][None], [params[row]], [generators[row]])[0])
-                result.token_ids.append(token)
-                result.log_probs.append(float(log_probs[row, token]))
-                if len(result.token_ids) >= params[row].max_tokens:
-                    result.stop_reason = "length"
-                tokens.append(token)
-            if all(r.stop_reason is not None for r in results):
-                return results
-            ids = torch.tensor(tokens, device=device)[:, None]
-            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-            positions = positions[:, -1:] + 1
-
-
 async def load(server: srv.GenerationServer, prompts: List[List[int]], params: srv.SamplingParams, senders: int,
                spread_s: float) -> List[srv.TokenResult]:
     async def sender(mine: List[List[int]]) -> List[srv.TokenResult]:
@@ -88,13 +53,12 @@ async def load(server: srv.GenerationServer, prompts: List[List[int]], params: s
     return [r for chunk in await asyncio.gather(*(sender(c) for c in chunks)) for r in chunk]
 
 
-def measure(model: Any, args: argparse.Namespace, gather_s: float, decode: str) -> Dict[str, Any]:
+def measure(model: Any, args: argparse.Namespace, gather_s: float) -> Dict[str, Any]:
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(10, vocab, (args.prompt_length,), generator=gen).tolist() for _ in range(args.requests)]
     params = srv.SamplingParams(max_tokens=args.max_tokens, temperature=1.0, seed=7)
-    run = old_decode if decode == "old" else srv.decode
-    server = srv.GenerationServer(model, [], 0, max_batch_size=args.max_batch, run=run, gather_s=gather_s,
+    server = srv.GenerationServer(model, [], 0, max_batch_size=args.max_batch, gather_s=gather_s,
                                   max_gather_s=max(gather_s, 1.0))
     if model.device.type == "cuda":
         torch.cuda.synchronize()
@@ -102,7 +66,7 @@ def measure(model: Any, args: argparse.Namespace, gather_s: float, decode: str) 
     results = asyncio.run(load(server, prompts, params, args.senders, args.spread_ms / 1000))
     wall = time.perf_counter() - start
     tokens = sum(len(r.token_ids) for r in results)
-    return {"shape": args.shape, "device": str(model.device), "decode": decode, "gather_s": gather_s,
+    return {"shape": args.shape, "device": str(model.device), "gather_s": gather_s,
             "requests": args.requests, "senders": args.senders, "spread_ms": args.spread_ms,
             "max_tokens": args.max_tokens, "batches": server.batch_sizes, "wall_s": round(wall, 3),
             "tokens_per_s": round(tokens / wall, 1)}
@@ -119,16 +83,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-batch", type=int, default=64, help="the server's max_num_seqs")
     p.add_argument("--gather-s", type=float, nargs="+", default=[0.0, 0.05])
-    p.add_argument("--decode", nargs="+", default=["new"], choices=["new", "old"])
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     model = random_model(args.shape, args.device)
-    for decode in args.decode:
-        for gather_s in args.gather_s:
-            print(json.dumps(measure(model, args, gather_s, decode)), flush=True)
+    for gather_s in args.gather_s:
+        print(json.dumps(measure(model, args, gather_s)), flush=True)
     return 0
 
 
