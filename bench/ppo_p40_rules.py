@@ -38,9 +38,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-STEP_RE = re.compile(r"step:(\d+) - (.*)")
-
-
 def sh(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), text=True, **kw)
 
@@ -135,21 +132,10 @@ def render_launch(work: str, data: str, model: str, args: argparse.Namespace) ->
 
 
 def parse_steps(log: str) -> List[Dict[str, float]]:
-    steps = []
-    for match in STEP_RE.finditer(log):
-        metrics = {}
-        for part in match.group(2).split(" - "):
-            key, _, value = part.partition(":")
-            value = value.strip()
-            if value.startswith("np.float64(") and value.endswith(")"):
-                value = value[len("np.float64("):-1]
-            try:
-                metrics[key.strip()] = float(value)
-            except ValueError:
-                pass
-        metrics["step"] = float(match.group(1))
-        steps.append(metrics)
-    return steps
+    """verl's step lines, as verl-pascal-report reads them (verl_pascal.report.log)."""
+    from verl_pascal.report import log as verl_log
+
+    return verl_log.parse_lines(log.splitlines())
 
 
 def summaries(report: str) -> Dict[str, Any]:

@@ -12,6 +12,10 @@ reproducible so that the roles stay idempotent:
   label (``0.1.0+1a2b3c4d5e6f``), so a changed file makes a new version that
   pip installs, and an unchanged one is "already satisfied".
 
+The commands of pyproject.toml's ``[project.scripts]`` whose module the wheel
+ships come with it (``entry_points.txt``): pip writes them into the env's
+``bin/``, as for the project itself.
+
 No setuptools and no network: a wheel is a zip file with a ``.dist-info``
 folder (PEP 427), written here with the standard library only. Used by
 library/box_wheel.py on the controller.
@@ -63,6 +67,32 @@ def project_version(pyproject_text: str) -> str:
     raise BoxWheelError("pyproject.toml has no version in its [project] table")
 
 
+def project_scripts(pyproject_text: str) -> Dict[str, str]:
+    """``[project.scripts]`` of a pyproject.toml: command name -> ``module:function``."""
+    section = ""
+    scripts: Dict[str, str] = {}
+    for line in pyproject_text.splitlines():
+        header = re.match(r"^\s*\[([^\]]+)\]\s*$", line)
+        if header:
+            section = header.group(1).strip()
+            continue
+        found = re.match(r'^\s*"?([A-Za-z0-9._-]+)"?\s*=\s*"([A-Za-z0-9_.]+:[A-Za-z0-9_.]+)"\s*(#.*)?$', line)
+        if section == "project.scripts" and found:
+            scripts[found.group(1)] = found.group(2)
+    return scripts
+
+
+def shipped_scripts(scripts: Dict[str, str], packages: Sequence[str]) -> Dict[str, str]:
+    """The scripts whose module lies in one of ``packages`` (the others would not import on a box)."""
+    return {name: target for name, target in sorted(scripts.items())
+            if any(target.split(":")[0] == p or target.split(":")[0].startswith(p + ".") for p in packages)}
+
+
+def entry_points_text(scripts: Dict[str, str]) -> bytes:
+    lines = ["[console_scripts]"] + ["{0} = {1}".format(name, target) for name, target in sorted(scripts.items())]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def package_files(src_root: str, packages: Sequence[str]) -> Dict[str, bytes]:
     """The files of each dotted package (and its subfolders), plus its parents' ``__init__.py``.
 
@@ -107,8 +137,9 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def dist_info(version: str, files: Dict[str, bytes], summary: str) -> List[Tuple[str, bytes]]:
-    """METADATA, WHEEL and RECORD for ``files``, in the order the wheel holds them."""
+def dist_info(version: str, files: Dict[str, bytes], summary: str,
+              scripts: "Dict[str, str] | None" = None) -> List[Tuple[str, bytes]]:
+    """METADATA, WHEEL, entry_points.txt (with ``scripts``) and RECORD, in the order the wheel holds them."""
     folder = "{0}-{1}.dist-info".format(DIST_NAME.replace("-", "_"), version)
     metadata = (
         "Metadata-Version: 2.1\nName: {0}\nVersion: {1}\nSummary: {2}\nRequires-Python: >=3.8\n".format(
@@ -119,6 +150,8 @@ def dist_info(version: str, files: Dict[str, bytes], summary: str) -> List[Tuple
         TAG
     ).encode()
     entries = [(folder + "/METADATA", metadata), (folder + "/WHEEL", wheel)]
+    if scripts:
+        entries.append((folder + "/entry_points.txt", entry_points_text(scripts)))
     record_lines = [
         "{0},{1},{2}".format(name, _record_hash(data), len(data))
         for name, data in sorted(files.items()) + entries
@@ -128,11 +161,12 @@ def dist_info(version: str, files: Dict[str, bytes], summary: str) -> List[Tuple
     return entries
 
 
-def wheel_bytes(version: str, files: Dict[str, bytes], summary: str) -> bytes:
+def wheel_bytes(version: str, files: Dict[str, bytes], summary: str,
+                scripts: "Dict[str, str] | None" = None) -> bytes:
     """The wheel, the same bytes for the same input."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in sorted(files.items()) + dist_info(version, files, summary):
+        for name, data in sorted(files.items()) + dist_info(version, files, summary, scripts):
             info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
@@ -143,10 +177,13 @@ def wheel_bytes(version: str, files: Dict[str, bytes], summary: str) -> bytes:
 def build(src_root: str, packages: Sequence[str], out_dir: str, summary: str = "verl-pascal's box-side tools") -> BuiltWheel:
     """Write the wheel into ``out_dir`` unless the same file is already there."""
     with open(os.path.join(src_root, "pyproject.toml"), encoding="utf-8") as handle:
-        base = project_version(handle.read())
+        pyproject = handle.read()
+    base = project_version(pyproject)
+    scripts = shipped_scripts(project_scripts(pyproject), packages)
     files = package_files(src_root, packages)
-    version = "{0}+{1}".format(base, content_hash(files))
-    data = wheel_bytes(version, files, summary)
+    # The commands are part of what the version stands for: a new one makes a new wheel.
+    version = "{0}+{1}".format(base, content_hash({**files, "entry_points.txt": entry_points_text(scripts)}))
+    data = wheel_bytes(version, files, summary, scripts)
     filename = wheel_filename(version)
     path = os.path.join(out_dir, filename)
     sha256 = hashlib.sha256(data).hexdigest()

@@ -126,3 +126,34 @@ def test_project_version_reads_the_project_table(text: str, version: str) -> Non
 def test_project_version_without_one_is_an_error() -> None:
     with pytest.raises(box_wheel.BoxWheelError, match=r"\[project\]"):
         box_wheel.project_version('[tool.other]\nversion = "9"\n')
+
+
+def test_the_commands_of_shipped_modules_come_with_the_wheel(tmp_path: Path) -> None:
+    built = box_wheel.build(str(ROOT), role_packages(), str(tmp_path / "out"))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
+                    str(target), built.path], check=True)
+    commands = sorted(p.name for p in (target / "bin").iterdir())
+    # verl-patch and the prefetch stay on the controller: their modules are not in the wheel.
+    assert commands == ["gsm8k-to-verl", "verl-pascal-report"]
+    run = subprocess.run([str(target / "bin" / "verl-pascal-report"), "--help"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0 and "RUN_DIR" in run.stdout, run.stderr
+
+
+def test_a_new_command_makes_a_new_version(tmp_path: Path) -> None:
+    checkout = copy_checkout(tmp_path)
+    before = box_wheel.build(str(checkout), role_packages(), str(tmp_path / "out"))
+    pyproject = checkout / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        "[project.scripts]\n", '[project.scripts]\nverl-pascal-extra = "verl_pascal.report.cli:main"\n'))
+    after = box_wheel.build(str(checkout), role_packages(), str(tmp_path / "out"))
+    assert after.version != before.version and after.files == before.files
+
+
+def test_project_scripts_reads_only_the_scripts_table() -> None:
+    text = ('[project]\nname = "x"\nversion = "1"\n[project.scripts]\n'
+            'a-b = "pkg.mod:run"  # a comment\n"quoted" = "pkg.other:main"\n[tool.x]\nc = "pkg.mod:no"\n')
+    assert box_wheel.project_scripts(text) == {"a-b": "pkg.mod:run", "quoted": "pkg.other:main"}
+    assert box_wheel.shipped_scripts({"a": "pkg.mod:run", "b": "pkgx.mod:run", "c": "pkg:main"}, ["pkg"]) == {
+        "a": "pkg.mod:run", "c": "pkg:main"}

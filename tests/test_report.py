@@ -1,0 +1,130 @@
+"""verl-pascal-report: the charts of a run come from verl's console log.
+
+The log these tests read is a STAND-IN for one recorded on a GPU: its lines
+are written by verl's own console formatter (``concat_dict_to_str``, taken
+from the real 0.5.0 and 0.9.1 sdists), with numpy 2 scalars as verl's
+metrics are, Ray's worker prefix, and a run that crashed and was resumed
+(steps logged twice). The metric values are made up by the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import tarfile
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+
+from verl_pascal.report import charts, cli, log
+
+np = pytest.importorskip("numpy")
+
+
+def verl_formatter(sdist: Path, version: str) -> Callable[[Dict[str, object], int], str]:
+    """verl's concat_dict_to_str, from the release's own aggregate_logger.py (without importing torch)."""
+    member = f"verl-{version}/verl/utils/logger/aggregate_logger.py"
+    with tarfile.open(sdist) as tar:
+        source = tar.extractfile(member).read().decode()
+    tree = ast.parse(source)
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "concat_dict_to_str")
+    namespace: Dict[str, object] = {}
+    exec(compile("import numbers, pprint\n" + ast.unparse(func), member, "exec"), namespace)  # noqa: S102
+    return namespace["concat_dict_to_str"]  # type: ignore[return-value]
+
+
+def metrics(step: int, resumed: bool = False) -> Dict[str, object]:
+    """A step's metrics under verl's names; numpy scalars where verl computes with numpy."""
+    return {
+        "critic/score/mean": np.float64(0.1 * step + (0.05 if resumed else 0.0)),
+        "critic/rewards/mean": np.float64(0.1 * step - 0.01),
+        "response_length/mean": np.float64(200.0 - step),
+        "response_length/max": 256.0,
+        "actor/reward_kl_penalty": np.float32(0.001 * step),
+        "actor/ppo_kl": 0.0002,
+        "timing_s/step": 15.0 + step,
+        "timing_s/gen": np.float64(9.0),
+        "timing_s/update_actor": 3.5,
+        "timing_s/ref": 1.5,
+        "perf/max_memory_allocated_gb": np.float64(14.2),
+        "perf/max_memory_reserved_gb": 16.7,
+        "training/global_step": step,
+        "note": "not a number: verl's formatter drops it",
+    }
+
+
+def recorded_log(sdist: Path, version: str) -> str:
+    """Steps 1-4, a crash after step 4, then a resume from the step-2 checkpoint that runs steps 3-6."""
+    fmt = verl_formatter(sdist, version)
+    lines: List[str] = ["(TaskRunner pid=4242) Checkpoint tracker file does not exist: /x/latest_checkpointed_iteration.txt"]
+    lines += [f"(TaskRunner pid=4242) {fmt(metrics(s), step=s)}" for s in range(1, 5)]
+    lines += ["Traceback (most recent call last):", "ray.exceptions.RayTaskError: killed", "",
+              "verl-ppo: resuming /runs/20261204-010203 from global_step_2"]
+    lines += [f"(TaskRunner pid=5151) {fmt(metrics(s, resumed=True), step=s)}" for s in range(3, 7)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(params=["0.5.0", "0.9.1"])
+def run_dir(request, sdist, tmp_path) -> Path:
+    version = request.param
+    run = tmp_path / "20261204-010203"
+    run.mkdir()
+    (run / "train.log").write_text(recorded_log(sdist(version), version))
+    return run
+
+
+def test_every_step_is_read_once_and_a_resumed_step_keeps_its_last_record(run_dir) -> None:
+    steps = log.read(str(run_dir / "train.log"))
+    assert [int(s["step"]) for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert steps[0]["critic/score/mean"] == pytest.approx(0.1)
+    assert steps[2]["critic/score/mean"] == pytest.approx(0.35)  # step 3 as the resumed run logged it
+    assert steps[1]["actor/reward_kl_penalty"] == pytest.approx(0.002)
+    assert steps[5]["training/global_step"] == 6
+    assert "note" not in steps[0]
+
+
+def test_the_step_time_chart_has_the_whole_step_and_each_phase_longest_first(run_dir) -> None:
+    steps = log.read(str(run_dir / "train.log"))
+    chart = next(c for c in charts.CHARTS if c.name == "step_time")
+    drawn = charts.lines_of(chart, steps)
+    assert [label for label, _, _ in drawn] == ["whole step", "gen", "update_actor", "ref"]
+    assert drawn[0][1] == [1, 2, 3, 4, 5, 6] and drawn[0][2] == [16, 17, 18, 19, 20, 21]
+
+
+def test_the_report_writes_a_png_per_chart_without_a_display(run_dir, monkeypatch, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    assert cli.run([str(run_dir)]) == 0
+    names = sorted(p.name for p in (run_dir / "report").iterdir())
+    assert names == sorted(c.name + ".png" for c in charts.CHARTS)
+    import matplotlib.image
+
+    for name in names:
+        image = matplotlib.image.imread(str(run_dir / "report" / name))
+        assert image.shape[0] > 100 and image.shape[1] > 100
+    assert capsys.readouterr().out.splitlines() == [str(run_dir / "report" / c.name) + ".png" for c in charts.CHARTS]
+
+
+def test_a_copied_log_file_is_enough_and_missing_metrics_are_named_not_drawn(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    copied = tmp_path / "box-a.log"
+    copied.write_text("step:1 - critic/score/mean:0.5 - timing_s/step:20.0\nstep:2 - critic/score/mean:nan - "
+                      "timing_s/step:np.float64(21.5)\n")
+    out = tmp_path / "charts"
+    assert cli.run([str(copied), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["reward.png", "step_time.png"]
+    err = capsys.readouterr().err
+    assert "not drawn: response_length, kl, gpu_memory" in err
+    assert log.series(log.read(str(copied)), "critic/score/mean") == ([1.0], [0.5])
+
+
+@pytest.mark.parametrize("content", [None, "", "INFO starting\nno steps yet\n"])
+def test_no_log_or_no_step_is_a_usage_error_with_what_to_do(tmp_path, capsys, content) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    if content is not None:
+        (run / "train.log").write_text(content)
+    assert cli.run([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert ("no such log" in err) if content is None else ("no step of verl's console log" in err)
+    assert not (run / "report").exists()
