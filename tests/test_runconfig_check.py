@@ -113,3 +113,23 @@ def test_a_malformed_capability_is_a_usage_error_not_a_traceback(tmp_path: Path,
         check.main([composed(tmp_path, "vllm"), "--min-compute-capability", bad])
     assert exit_info.value.code == 2
     assert "expected a compute capability such as 6.1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, critic", [("", True), ("algorithm:\n  adv_estimator: gae\n", True),
+                                           ("algorithm:\n  adv_estimator: grpo\n", False)])
+def test_grpo_is_validated_without_a_critic_model(tmp_path: Path, extra: str, critic: bool) -> None:
+    """GRPO builds no critic: its default model path (never staged) must not skip verl's validation."""
+    model = staged_model(tmp_path)
+    path = Path(composed(tmp_path, model=model, extra=extra))
+    path.write_text(path.read_text().replace(f"critic:\n  model:\n    path: {model}", "critic:\n  model:\n    path: /nowhere"))
+    calls: List[Any] = []
+    assert check.judge(str(path), "6.1", validator=recording(calls)) == 0
+    assert len(calls) == (0 if critic else 1)
+
+
+def test_critic_enable_wins_over_the_estimator(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    assert check.critic_in_use(OmegaConf.create({"critic": {"enable": True}, "algorithm": {"adv_estimator": "grpo"}}))
+    assert not check.critic_in_use(OmegaConf.create({"critic": {"enable": False}, "algorithm": {"adv_estimator": "gae"}}))
+    assert check.critic_in_use(OmegaConf.create({"critic": {"enable": None}}))

@@ -62,11 +62,22 @@ def rollout_refusal(rollout: str, min_compute_capability: str) -> List[str]:
     ]
 
 
-def model_staged(cfg: Any) -> Optional[str]:
-    """The model directories the configuration names that are not there yet (None: all are)."""
+def critic_in_use(cfg: Any) -> bool:
+    """Whether the run builds a critic, as verl decides it: ``critic.enable`` where set, else GAE (PPO) only."""
     from omegaconf import OmegaConf
 
-    paths = [OmegaConf.select(cfg, key) for key in ("actor_rollout_ref.model.path", "critic.model.path")]
+    enable = OmegaConf.select(cfg, "critic.enable")
+    if enable is not None:
+        return bool(enable)
+    return OmegaConf.select(cfg, "algorithm.adv_estimator", default="gae") == "gae"
+
+
+def model_staged(cfg: Any) -> Optional[str]:
+    """The model directories the run reads that are not there yet (None: all are); GRPO reads no critic's."""
+    from omegaconf import OmegaConf
+
+    keys = ["actor_rollout_ref.model.path"] + (["critic.model.path"] if critic_in_use(cfg) else [])
+    paths = [OmegaConf.select(cfg, key) for key in keys]
     absent = [str(p) for p in paths if p and not os.path.isfile(os.path.join(str(p), "config.json"))]
     return ", ".join(sorted(set(absent))) or None
 

@@ -1,0 +1,262 @@
+"""The launch script's algorithms and its run directories: --algo grpo, the
+checkpoint settings, --resume, --export, --report and --tensorboard.
+
+verl and the GPU are not here: a STAND-IN for the env's python plays verl's
+trainer as far as the script relies on it. It prints verl's step lines, saves
+a checkpoint as verl lays them out (checkpoints/global_step_N/, then the
+tracker latest_checkpointed_iteration.txt) every trainer.save_freq steps,
+starts from trainer.resume_from_path's step when asked to, can be killed
+after a step (SIGKILL, as a crash or a reboot), and writes a model directory
+for verl's model merger. The real trainer's resume is proven on a GPU
+(docs/benchmarks.md); these tests prove what the script does around it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_launch_template import box, dry_run_args, render, run, run_as_user  # noqa: F401 (box is a fixture)
+
+# The stand-in runs as the test user (nobody, under root), who may not reach this venv's interpreter.
+SYSTEM_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+STANDIN = """#!{python}
+# STAND-IN for the training env's python (see the module docstring).
+import json, os, signal, sys
+env = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))
+args = sys.argv[1:]
+with open(os.path.join(env, "seen.jsonl"), "a") as seen:
+    seen.write(json.dumps({{"argv": args, "TENSORBOARD_DIR": os.environ.get("TENSORBOARD_DIR")}}) + "\\n")
+module = args[1] if args[:1] == ["-m"] else ""
+if module == "verl.trainer.main_ppo" and "--cfg" in args:
+    print("actor_rollout_ref:\\n  rollout:\\n    name: hf")
+elif module == "verl.trainer.main_ppo":
+    ov = dict(a.split("=", 1) for a in args[2:] if "=" in a)
+    ckpts, freq = ov["trainer.default_local_dir"], int(ov["trainer.save_freq"])
+    start = 0
+    if ov.get("trainer.resume_mode") == "resume_path":
+        start = int(ov["trainer.resume_from_path"].rsplit("global_step_", 1)[1])
+    for step in range(start + 1, int(os.environ.get("STANDIN_STEPS", "6")) + 1):
+        print("(TaskRunner pid=%d) step:%d - critic/score/mean:%s - timing_s/step:1.5" % (os.getpid(), step, step / 10),
+              flush=True)
+        if step % freq == 0:
+            os.makedirs(os.path.join(ckpts, "global_step_%d" % step, "actor"))
+            with open(os.path.join(ckpts, "latest_checkpointed_iteration.txt"), "w") as tracker:
+                tracker.write(str(step))
+        if step == int(os.environ.get("STANDIN_KILL_AFTER", "0")):
+            os.kill(os.getpid(), signal.SIGKILL)
+elif module == "verl.model_merger":
+    target = args[args.index("--target_dir") + 1]
+    os.makedirs(target)
+    with open(os.path.join(target, "config.json"), "w") as config:
+        json.dump({{"from": args[args.index("--local_dir") + 1]}}, config)
+"""
+
+
+@pytest.fixture
+def env(box: Path) -> Path:  # noqa: F811 (box is the fixture)
+    env = box / "env"
+    (env / "bin").mkdir(parents=True)
+    python = env / "bin" / "python"
+    python.write_text(STANDIN.format(python=SYSTEM_PYTHON))
+    python.chmod(0o755)
+    env.chmod(0o777)
+    return env
+
+
+def script_in(box: Path, env: Path, **overrides: object) -> Path:  # noqa: F811
+    return render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"), **overrides)
+
+
+def seen(env: Path) -> list[dict]:
+    return [json.loads(line) for line in (env / "seen.jsonl").read_text().splitlines()]
+
+
+def trainings(env: Path) -> list[list[str]]:
+    """The argv of every training the stand-in ran (not the compose or the check)."""
+    return [s["argv"] for s in seen(env) if s["argv"][1] == "verl.trainer.main_ppo" and "--cfg" not in s["argv"]]
+
+
+def run_with(script: Path, extra_env: dict, *args: str) -> subprocess.CompletedProcess:
+    from test_launch_template import USER_KW
+
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60, cwd="/",
+                          env={**os.environ, **extra_env}, **USER_KW)
+
+
+def steps_logged(log: Path) -> list[int]:
+    return [int(line.split("step:")[1].split(" ")[0]) for line in log.read_text().splitlines() if " step:" in line]
+
+
+# ---------------------------------------------------------------- algorithms
+
+def test_grpo_drops_the_critic_and_samples_a_group_per_prompt(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path), "--algo", "grpo")
+    for expected in ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4",
+                     "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+                     "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "algorithm.use_kl_in_reward=False",
+                     # the 24 GB row's 32 responses: 8 prompts x 4, mini-batch 4 prompts x 4
+                     "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                     # the Pascal profile still applies
+                     "actor_rollout_ref.rollout.name=hf", "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"]:
+        assert expected in argv, expected
+    assert not any(a.startswith(("critic.model.path=", "critic.ppo_micro")) for a in argv)
+    assert "data.train_batch_size=32" not in argv
+
+
+def test_ppo_stays_the_default_and_grpo_can_be_the_boxs_default(tmp_path: Path) -> None:
+    ppo = dry_run_args(render(tmp_path))
+    assert "algorithm.use_kl_in_reward=True" in ppo and "critic.model.path=/opt/verl-pascal/models/Qwen2.5-0.5B-Instruct" in ppo
+    assert not any(a.startswith("algorithm.adv_estimator") for a in ppo)
+    grpo = dry_run_args(render(tmp_path, launch_algo="grpo", launch_grpo_rollout_n=8))
+    assert "algorithm.adv_estimator=grpo" in grpo and "actor_rollout_ref.rollout.n=8" in grpo
+    assert "data.train_batch_size=4" in grpo and "actor_rollout_ref.actor.ppo_mini_batch_size=2" in grpo
+    assert "algorithm.use_kl_in_reward=True" in dry_run_args(render(tmp_path, launch_algo="grpo"), "--algo=ppo")
+
+
+def test_grpo_batch_sizes_can_be_set_and_a_release_or_profile_still_wins(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path, launch_grpo_train_batch_size=6, launch_grpo_ppo_mini_batch_size=3), "--algo", "grpo")
+    assert "data.train_batch_size=6" in argv and "actor_rollout_ref.actor.ppo_mini_batch_size=3" in argv
+    releases = {"0.5.0": {"hydra_overrides": ["algorithm.use_kl_in_reward=True"]}}
+    argv = dry_run_args(render(tmp_path, verl_releases=releases, verl_version="0.5.0"), "--algo", "grpo")
+    assert argv.index("algorithm.use_kl_in_reward=True") > argv.index("algorithm.use_kl_in_reward=False")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--algo", "dpo"], "--algo dpo: choose ppo or grpo"),
+    (["--algo"], "--algo needs ppo or grpo"),
+    (["--resume", "--algo", "grpo"], "a resumed run keeps the algorithm"),
+    (["--resume", "--export"], "one of --resume, --export, --report and --tensorboard at a time"),
+    (["--tensorboard", "70000"], "a TCP port, 1 to 65535"),
+])
+def test_bad_options_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = run(render(tmp_path), *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_every_run_checkpoints_keeps_two_and_logs_for_tensorboard(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path))
+    for expected in ["trainer.save_freq=8", "trainer.max_actor_ckpt_to_keep=2", "trainer.max_critic_ckpt_to_keep=2",
+                     "trainer.logger=[console,tensorboard]"]:
+        assert expected in argv, expected
+    assert "trainer.save_freq=-1" in dry_run_args(render(tmp_path, launch_save_freq=-1))
+
+
+# ---------------------------------------------------------------- runs and resume
+
+def test_a_run_records_what_resume_needs_and_logs_tensorboard_into_its_directory(box: Path, env: Path) -> None:
+    proc = run_with(script_in(box, env), {}, "trainer.save_freq=2")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (box / "runs").iterdir()
+    saved = (run_dir / "overrides.nul").read_bytes().split(b"\0")[:-1]
+    assert [s.decode() for s in saved] == trainings(env)[0][2:]
+    assert f"trainer.default_local_dir={run_dir}/checkpoints" in trainings(env)[0]
+    assert seen(env)[-1]["TENSORBOARD_DIR"] == f"{run_dir}/tensorboard"
+    assert steps_logged(run_dir / "train.log") == [1, 2, 3, 4, 5, 6]
+    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "6"
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_command(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    crashed = run_with(script, {"STANDIN_KILL_AFTER": "3"}, "--algo", "grpo", "trainer.save_freq=2")
+    assert crashed.returncode != 0
+    (run_dir,) = (box / "runs").iterdir()
+    assert steps_logged(run_dir / "train.log") == [1, 2, 3]
+
+    resumed = run_with(script, {}, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    first, again = trainings(env)
+    assert again == first + ["trainer.resume_mode=resume_path",
+                             f"trainer.resume_from_path={run_dir}/checkpoints/global_step_2"]
+    assert "algorithm.adv_estimator=grpo" in again
+    log = (run_dir / "train.log").read_text()
+    assert f"verl-ppo: resuming {run_dir} from global_step_2" in log
+    assert steps_logged(run_dir / "train.log") == [1, 2, 3, 3, 4, 5, 6]
+    assert (run_dir / "config.resume-2.yaml").is_file() and (run_dir / "config.yaml").is_file()
+    assert seen(env)[-1]["TENSORBOARD_DIR"] == f"{run_dir}/tensorboard"
+
+
+def test_resume_takes_the_run_named_or_the_one_checkpointed_last(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    for _ in range(2):
+        assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=1").returncode == 0
+    older, newer = sorted((box / "runs").iterdir())
+    os.utime(newer / "checkpoints" / "latest_checkpointed_iteration.txt", (1, 1))  # older checkpointed last
+    assert run_with(script, {"STANDIN_STEPS": "3"}, "--resume").returncode == 0
+    assert trainings(env)[-1][-1] == f"trainer.resume_from_path={older}/checkpoints/global_step_2"
+    assert run_with(script, {"STANDIN_STEPS": "3"}, "--resume", newer.name, "trainer.total_epochs=2").returncode == 0
+    assert trainings(env)[-1][-2:] == [f"trainer.resume_from_path={newer}/checkpoints/global_step_2",
+                                       "trainer.total_epochs=2"]
+    proc = run(script, "--dry-run", "--resume", str(newer))  # the resumed run checkpointed step 3 since
+    assert shlex.split(proc.stdout)[-1] == f"trainer.resume_from_path={newer}/checkpoints/global_step_3"
+
+
+def test_resume_says_what_is_missing(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "1"}).returncode == 0  # save_freq 8: no checkpoint
+    (run_dir,) = (box / "runs").iterdir()
+    for args in (["--resume"], ["--resume", str(run_dir)]):
+        proc = run_as_user(script, *args)
+        assert proc.returncode == 2 and "saved no checkpoint yet (one every 8 steps" in proc.stderr, proc.stderr
+    proc = run_as_user(script, "--resume", str(box / "nowhere"))
+    assert proc.returncode == 2 and "no run directory" in proc.stderr
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "global_step_8").mkdir()
+    (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("")
+    proc = run_as_user(script, "--resume")
+    assert proc.returncode == 2 and "does not hold a step number" in proc.stderr and "global_step_8" in proc.stderr
+    assert len(trainings(env)) == 1
+
+
+def test_a_run_still_going_is_not_resumed_twice(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=2").returncode == 0
+    (run_dir,) = (box / "runs").iterdir()
+    with open(run_dir / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = run_with(script, {}, "--resume")
+    assert proc.returncode == 2 and "in use by a run still going" in proc.stderr
+    assert len(trainings(env)) == 1
+
+
+# ---------------------------------------------------------------- export, report, tensorboard
+
+def test_export_turns_the_last_checkpoint_into_a_model_directory_once(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "4"}, "trainer.save_freq=2").returncode == 0
+    (run_dir,) = (box / "runs").iterdir()
+    proc = run_as_user(script, "--export")
+    assert proc.returncode == 0, proc.stderr
+    model = run_dir / "hf" / "global_step_4"
+    assert json.loads((model / "config.json").read_text()) == {"from": f"{run_dir}/checkpoints/global_step_4/actor"}
+    merges = [s["argv"] for s in seen(env) if s["argv"][1] == "verl.model_merger"]
+    assert merges == [["-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                       f"{run_dir}/checkpoints/global_step_4/actor", "--target_dir", f"{model}.partial"]]
+    again = run_as_user(script, "--export", str(run_dir))
+    assert again.returncode == 0 and "already exported" in again.stdout
+    assert len([s for s in seen(env) if s["argv"][1] == "verl.model_merger"]) == 1
+    assert not (run_dir / "hf" / "global_step_4.partial").exists()
+
+
+def test_report_and_tensorboard_use_the_envs_tools_on_the_run(box: Path, env: Path) -> None:
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "1"}).returncode == 0
+    (run_dir,) = (box / "runs").iterdir()
+    assert run(script, "--report").returncode == 0
+    assert seen(env)[-1]["argv"] == ["-m", "verl_pascal.report", str(run_dir)]
+    tensorboard = env / "bin" / "tensorboard"
+    tensorboard.write_text('#!/bin/sh\necho "$@"\n')
+    tensorboard.chmod(0o755)
+    proc = run(script, "--tensorboard", "6123")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[-1] == f"--logdir {box}/runs --host 127.0.0.1 --port 6123"
+    assert "ssh -L 6123:127.0.0.1:6123 verl@" in proc.stdout
