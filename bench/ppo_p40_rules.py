@@ -128,7 +128,18 @@ def render_launch(work: str, data: str, model: str, args: argparse.Namespace) ->
         "launch_optimizer_offload": args.offload,
         "launch_max_prompt_length": args.prompt_length,
         "launch_max_response_length": args.response_length,
+        # GRPO (--algo grpo): the batch sizes count prompts, rollout_n responses each.
+        "launch_grpo_rollout_n": args.rollout_n,
+        "launch_grpo_train_batch_size": args.train_batch,
+        "launch_grpo_ppo_mini_batch_size": args.mini_batch or args.train_batch,
+        # A timing run saves nothing unless asked (a 0.5B checkpoint is GBs and seconds).
+        "launch_save_freq": args.save_freq,
     })
+
+
+def responses_per_step(args: argparse.Namespace) -> int:
+    """The sequences a step generates: a prompt each for PPO, rollout_n per prompt for GRPO."""
+    return args.train_batch * (args.rollout_n if args.algo == "grpo" else 1)
 
 
 def parse_steps(log: str) -> List[Dict[str, float]]:
@@ -176,35 +187,50 @@ class SmiSampler:
         self._thread.join()
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    work = os.path.abspath(args.work)
-    os.makedirs(work, exist_ok=True)
-    src = prepare_verl(args.verl_sdist, work, args.attn, args.control)
-    model = args.model_dir or prepare_model(work, args.shape)
-    script = render_launch(work, prepare_data(work, args.problems), model, args)
-    report = os.path.join(work, "p40-rules")
+def p40_env(report: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
+    """The environment of a run under P40 rules: the guard's sitecustomize first, the patched verl tree."""
     shutil.rmtree(report, ignore_errors=True)
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "verl_pascal", "p40_rules", "site"), REPO, src,
                                        os.environ.get("PYTHONPATH", "")]),
         "P40_RULES": "1",
-        "P40_RULES_MEMORY_GIB": str(args.memory_gib),
+        "P40_RULES_MEMORY_GIB": str(memory_gib),
         "P40_RULES_REPORT_DIR": report,
-        "P40_RULES_GUARD": "0" if args.no_guard else "1",
+        "P40_RULES_GUARD": "1" if guard else "0",
         "RAY_DEDUP_LOGS": "0",
         # A Ray cluster of its own (runs may share a host); short: socket paths are limited.
         "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp"),
     }
+
+
+def prepare(args: argparse.Namespace) -> "tuple[str, str, str]":
+    """(work, patched verl tree, rendered launch script) for ``args``."""
+    work = os.path.abspath(args.work)
+    os.makedirs(work, exist_ok=True)
+    src = prepare_verl(args.verl_sdist, work, args.attn, args.control)
+    model = args.model_dir or prepare_model(work, args.shape)
+    return work, src, render_launch(work, prepare_data(work, args.problems), model, args)
+
+
+def run_overrides(args: argparse.Namespace) -> List[str]:
     extra = [f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=False",
              f"trainer.experiment_name={args.shape}-b{args.train_batch}-{args.attn}"] + args.override
     if args.control:
         extra += control_overrides(sdist_version(args.verl_sdist))
+    return extra
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    work, src, script = prepare(args)
+    report = os.path.join(work, "p40-rules")
+    env = p40_env(report, src, args.memory_gib, not args.no_guard)
+    extra = run_overrides(args)
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
     with SmiSampler() as smi, open(log_path, "w") as log_file:
         # The GPU host's only user is root; the script refuses root without this.
-        proc = subprocess.Popen([script, "--allow-root", *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([script, "--allow-root", "--algo", args.algo, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             returncode = proc.wait(timeout=args.timeout)
@@ -222,15 +248,18 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         tail = [l for l in log.splitlines() if re.search(r"\w+(Error|Exception)\b:|P40 rule|Killed|timed out", l)]
         error = (tail[-1] if tail else f"exit status {returncode}: " + (log.splitlines()[-1] if log else "no output"))[:400]
     step_s = [s.get("timing_s/step") for s in steps if "timing_s/step" in s]
-    gen_tokens = [s.get("response_length/mean", 0) * args.train_batch / s["timing_s/gen"]
+    gen_tokens = [s.get("response_length/mean", 0) * responses_per_step(args) / s["timing_s/gen"]
                   for s in steps if s.get("timing_s/gen")]
     return {
-        "verl": sdist_version(args.verl_sdist), "shape": args.shape, "train_batch": args.train_batch, "micro_batch": args.micro_batch,
+        "verl": sdist_version(args.verl_sdist), "algo": args.algo, "rollout_n": args.rollout_n if args.algo == "grpo" else 1,
+        "shape": args.shape, "train_batch": args.train_batch, "micro_batch": args.micro_batch,
         "attn": args.attn, "offload": args.offload, "actor_offload": args.actor_offload or "preset", "control": args.control, "guard": not args.no_guard, "memory_cap_gib": args.memory_gib,
         "steps_done": len(steps), "steps_asked": args.steps, "wall_s": round(time.time() - start, 1),
         "s_per_step": [round(x, 2) for x in step_s],
         "gen_tokens_per_s": [round(x, 1) for x in gen_tokens],
         "critic_score_mean": [round(s.get("critic/score/mean", float("nan")), 3) for s in steps],
+        "max_allocated_gb_per_step": [s.get("perf/max_memory_allocated_gb") for s in steps],
+        "max_reserved_gb_per_step": [s.get("perf/max_memory_reserved_gb") for s in steps],
         "nvidia_smi_peak_mib": own_peaks(smi.peaks, report), "error": error, "returncode": returncode,
         "log": log_path, **summaries(report),
     }
@@ -250,7 +279,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default="/tmp/verl-pascal-ppo")
     p.add_argument("--shape", default="tiny", choices=["tiny", "qwen2.5-0.5b"])
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--train-batch", type=int, default=8)
+    p.add_argument("--algo", default="ppo", choices=["ppo", "grpo"], help="the launch script's --algo")
+    p.add_argument("--rollout-n", type=int, default=4, help="GRPO: responses per prompt")
+    p.add_argument("--save-freq", type=int, default=-1, help="trainer.save_freq (-1: no checkpoints)")
+    p.add_argument("--train-batch", type=int, default=8, help="prompts per step (PPO: one response each)")
     p.add_argument("--mini-batch", type=int, default=0)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
