@@ -45,5 +45,5 @@ clean:
 ## clean-host: remove what make test and make demo leave outside the clone (caches, images)
 clean-host: clean
 	-podman rmi -f $$(podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/verl-pascal') 2>/dev/null
-	rm -rf /var/cache/verl-pascal-test $(HOME)/.cache/verl-pascal $(HOME)/.cache/pip $(HOME)/.cache/molecule $(HOME)/.ansible
+	rm -rf /var/cache/verl-pascal-test $(HOME)/.cache/verl-pascal $(HOME)/.cache/pip $(HOME)/.cache/molecule $(HOME)/.cache/matplotlib $(HOME)/.ansible
 	rm -f /etc/containers/containers.conf.d/50-verl-pascal.conf
