@@ -260,3 +260,19 @@ def test_report_and_tensorboard_use_the_envs_tools_on_the_run(box: Path, env: Pa
     assert proc.returncode == 0
     assert proc.stdout.splitlines()[-1] == f"--logdir {box}/runs --host 127.0.0.1 --port 6123"
     assert "ssh -L 6123:127.0.0.1:6123 verl@" in proc.stdout
+
+
+@pytest.mark.parametrize("memory_mib", [24576, 16384, 8192])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_grpo_sizes_from_every_preset_fit_verls_batch_rules(tmp_path: Path, memory_mib: int, n: int) -> None:
+    """verl's rules for GRPO: the train batch a multiple of the mini-batch (prompts), and a mini-batch's
+    responses (mini x n) a multiple of the micro-batch (responses), on one GPU."""
+    argv = dry_run_args(render(tmp_path, gpu_memory_mib=memory_mib, launch_grpo_rollout_n=n), "--algo", "grpo")
+    value = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in argv
+             if a.split("=", 1)[0] in ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size",
+                                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+                                      "actor_rollout_ref.rollout.n")}
+    train, mini = value["data.train_batch_size"], value["actor_rollout_ref.actor.ppo_mini_batch_size"]
+    micro = value["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert value["actor_rollout_ref.rollout.n"] == n
+    assert train % mini == 0 and (mini * n) % micro == 0, value
