@@ -10,6 +10,7 @@ metrics are, Ray's worker prefix, and a run that crashed and was resumed
 from __future__ import annotations
 
 import ast
+import json
 import tarfile
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -95,7 +96,7 @@ def test_the_report_writes_a_png_per_chart_without_a_display(run_dir, monkeypatc
     pytest.importorskip("matplotlib")
     monkeypatch.delenv("DISPLAY", raising=False)
     assert cli.run([str(run_dir)]) == 0
-    names = sorted(p.name for p in (run_dir / "report").iterdir())
+    names = sorted(p.name for p in (run_dir / "report").glob("*.png"))
     assert names == sorted(c.name + ".png" for c in charts.CHARTS)
     import matplotlib.image
 
@@ -112,7 +113,7 @@ def test_a_copied_log_file_is_enough_and_missing_metrics_are_named_not_drawn(tmp
                       "timing_s/step:np.float64(21.5)\n")
     out = tmp_path / "charts"
     assert cli.run([str(copied), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["reward.png", "step_time.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["reward.png", "step_time.png", "summary.json"]
     err = capsys.readouterr().err
     assert "not drawn: response_length, kl, gpu_memory" in err
     assert log.series(log.read(str(copied)), "critic/score/mean") == ([1.0], [0.5])
@@ -128,3 +129,24 @@ def test_no_log_or_no_step_is_a_usage_error_with_what_to_do(tmp_path, capsys, co
     err = capsys.readouterr().err
     assert ("no such log" in err) if content is None else ("no step of verl's console log" in err)
     assert not (run / "report").exists()
+
+
+def test_the_summary_gives_the_numbers_a_user_reads_first(run_dir, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    assert cli.run([str(run_dir)]) == 0
+    numbers = json.loads((run_dir / "report" / "summary.json").read_text())
+    assert numbers["steps"] == 6 and numbers["first_step"] == 1 and numbers["last_step"] == 6
+    assert numbers["score_first"] == pytest.approx(0.1) and numbers["score_last"] == pytest.approx(0.65)
+    assert numbers["s_per_step_median"] == pytest.approx(19.0)  # steps 2-6 take 17 to 21 s
+    assert numbers["max_allocated_gib"] == pytest.approx(14.2) and numbers["max_reserved_gib"] == pytest.approx(16.7)
+    err = capsys.readouterr().err
+    assert "seconds per step (median after the first): 19.000" in err and "steps logged: 6" in err
+
+
+def test_a_summary_leaves_out_what_the_log_lacks() -> None:
+    from verl_pascal.report import summary
+
+    numbers = summary.summarize(log.parse_lines(["step:3 - timing_s/step:4.0"]))
+    assert numbers["s_per_step_median"] == 4.0 and numbers["score_last"] is None
+    assert "score" not in summary.text(numbers)
+    assert summary.summarize([])["steps"] == 0

@@ -1,7 +1,9 @@
 """verl-pascal-report RUN_DIR: PNG charts of a run, from its train.log.
 
 RUN_DIR is a run directory of the launch script (its train.log is read), or
-a copied log file. The charts go to RUN_DIR/report/ (or --out). Exit status:
+a copied log file. The charts go to RUN_DIR/report/ (or --out), with
+summary.json: steps, score at the start and the end, median seconds per
+step, peak GPU memory (also printed, to stderr). Exit status:
 0 with charts written, 2 when the input is missing or holds no step of
 verl's console log.
 """
@@ -9,11 +11,12 @@ verl's console log.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import List, Optional, Sequence
 
-from . import charts, log
+from . import charts, log, summary
 
 LOG_NAME = "train.log"
 
@@ -46,8 +49,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(path)), "report")
     result = charts.draw(steps, out, title=f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}, "
                                           f"steps {int(steps[0]['step'])}-{int(steps[-1]['step'])}")
+    numbers = summary.summarize(steps)
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as handle:
+        json.dump(numbers, handle, indent=1)
     for written in result["written"]:
         print(written)
+    print(summary.text(numbers), file=sys.stderr)
     if result["skipped"]:
         print("verl-pascal-report: not in this log, so not drawn: " + ", ".join(result["skipped"]), file=sys.stderr)
     return 0
