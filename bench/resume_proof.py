@@ -93,7 +93,7 @@ def exported(script: str, run: str, env: Dict[str, str]) -> Dict[str, Any]:
         import torch
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(models[-1], torch_dtype=torch.float32).cuda()
+        model = AutoModelForCausalLM.from_pretrained(models[-1], dtype=torch.float32).cuda()
         ids = torch.tensor([[1, 2, 3, 4]], device="cuda")
         generated = model.generate(ids, max_new_tokens=8, do_sample=False)
         out.update(model_dir=models[-1], parameters=sum(p.numel() for p in model.parameters()),
