@@ -53,31 +53,34 @@ class BuiltWheel(NamedTuple):
     changed: bool
 
 
-def project_version(pyproject_text: str) -> str:
-    """The ``version`` of the ``[project]`` table of a pyproject.toml."""
+def table_lines(pyproject_text: str, table: str) -> List[str]:
+    """The lines of one table (``[project]``, ``[project.scripts]``, ...) of a pyproject.toml."""
     section = ""
+    lines: List[str] = []
     for line in pyproject_text.splitlines():
         header = re.match(r"^\s*\[([^\]]+)\]\s*$", line)
         if header:
             section = header.group(1).strip()
-            continue
+        elif section == table:
+            lines.append(line)
+    return lines
+
+
+def project_version(pyproject_text: str) -> str:
+    """The ``version`` of the ``[project]`` table of a pyproject.toml."""
+    for line in table_lines(pyproject_text, "project"):
         found = re.match(r'^\s*version\s*=\s*"([^"]+)"\s*$', line)
-        if section == "project" and found:
+        if found:
             return found.group(1)
     raise BoxWheelError("pyproject.toml has no version in its [project] table")
 
 
 def project_scripts(pyproject_text: str) -> Dict[str, str]:
     """``[project.scripts]`` of a pyproject.toml: command name -> ``module:function``."""
-    section = ""
     scripts: Dict[str, str] = {}
-    for line in pyproject_text.splitlines():
-        header = re.match(r"^\s*\[([^\]]+)\]\s*$", line)
-        if header:
-            section = header.group(1).strip()
-            continue
+    for line in table_lines(pyproject_text, "project.scripts"):
         found = re.match(r'^\s*"?([A-Za-z0-9._-]+)"?\s*=\s*"([A-Za-z0-9_.]+:[A-Za-z0-9_.]+)"\s*(#.*)?$', line)
-        if section == "project.scripts" and found:
+        if found:
             scripts[found.group(1)] = found.group(2)
     return scripts
 
