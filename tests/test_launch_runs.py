@@ -92,6 +92,16 @@ def run_with(script: Path, extra_env: dict, *args: str) -> subprocess.CompletedP
                           env={**os.environ, **extra_env}, **USER_KW)
 
 
+def held_by_another(lock: Path) -> bool:
+    with open(lock, "a") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+
 def steps_logged(log: Path) -> list[int]:
     return [int(line.split("step:")[1].split(" ")[0]) for line in log.read_text().splitlines() if " step:" in line]
 
@@ -218,14 +228,32 @@ def test_resume_says_what_is_missing(box: Path, env: Path) -> None:
 
 
 def test_a_run_still_going_is_not_resumed_twice(box: Path, env: Path) -> None:
-    script = script_in(box, env)
+    script = script_in(box, env, launch_resume_wait_s=1)
     assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=2").returncode == 0
     (run_dir,) = (box / "runs").iterdir()
     with open(run_dir / ".lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = run_with(script, {}, "--resume")
-    assert proc.returncode == 2 and "in use by a run still going" in proc.stderr
+    assert proc.returncode == 2 and "in use by a run still going after 1s" in proc.stderr
     assert len(trainings(env)) == 1
+
+
+def test_a_resume_waits_for_the_last_processes_of_a_crashed_run(box: Path, env: Path) -> None:
+    """After a crash, Ray's processes end seconds later and hold the lock until then: --resume waits."""
+    script = script_in(box, env, launch_resume_wait_s=60)
+    assert run_with(script, {"STANDIN_STEPS": "4", "STANDIN_KILL_AFTER": "3"}, "trainer.save_freq=2").returncode != 0
+    (run_dir,) = (box / "runs").iterdir()
+    # A leftover process of the crashed run: holds the lock, ends 2 s later.
+    leftover = subprocess.Popen(["flock", str(run_dir / ".lock"), "sleep", "2"])
+    while not held_by_another(run_dir / ".lock"):
+        pass
+    try:
+        proc = run_with(script, {"STANDIN_STEPS": "4"}, "--resume")
+    finally:
+        leftover.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert "waiting up to 60s" in proc.stderr
+    assert steps_logged(run_dir / "train.log") == [1, 2, 3, 3, 4]
 
 
 # ---------------------------------------------------------------- export, report, tensorboard
