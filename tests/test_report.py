@@ -1,10 +1,14 @@
 """verl-pascal-report: the charts of a run come from verl's console log.
 
-The log these tests read is a STAND-IN for one recorded on a GPU: its lines
-are written by verl's own console formatter (``concat_dict_to_str``, taken
-from the real 0.5.0 and 0.9.1 sdists), with numpy 2 scalars as verl's
-metrics are, Ray's worker prefix, and a run that crashed and was resumed
-(steps logged twice). The metric values are made up by the test.
+Two kinds of log: logs recorded on the H200 under P40 rules
+(tests/data/report: the step lines of a verl 0.5.0 run killed with SIGKILL
+after step 3 and resumed from its step-2 checkpoint by ``verl-ppo --resume``,
+and the first steps of a verl 0.9.1 run, whose engine workers log GPU memory
+per role), and a STAND-IN whose lines are written by verl's own console
+formatter (``concat_dict_to_str``, taken from the real 0.5.0 and 0.9.1
+sdists), with numpy 2 scalars as verl's metrics are, Ray's worker prefix, and
+a run that crashed and was resumed (steps logged twice). The stand-in's
+metric values are made up by the test.
 """
 
 from __future__ import annotations
@@ -47,21 +51,27 @@ def metrics(step: int, resumed: bool = False) -> Dict[str, object]:
         "timing_s/gen": np.float64(9.0),
         "timing_s/update_actor": 3.5,
         "timing_s/ref": 1.5,
-        "perf/max_memory_allocated_gb": np.float64(14.2),
-        "perf/max_memory_reserved_gb": 16.7,
         "training/global_step": step,
         "note": "not a number: verl's formatter drops it",
     }
+
+
+def memory(version: str) -> Dict[str, object]:
+    """GPU peaks as each release logs them: one key (legacy workers), or one per role (engine workers, 0.8+)."""
+    if version == "0.5.0":
+        return {"perf/max_memory_allocated_gb": np.float64(14.2), "perf/max_memory_reserved_gb": 16.7}
+    return {"actor/perf/max_memory_allocated_gb": np.float64(14.2), "actor/perf/max_memory_reserved_gb": 16.7,
+            "critic/perf/max_memory_allocated_gb": np.float64(9.5), "critic/perf/max_memory_reserved_gb": 16.1}
 
 
 def recorded_log(sdist: Path, version: str) -> str:
     """Steps 1-4, a crash after step 4, then a resume from the step-2 checkpoint that runs steps 3-6."""
     fmt = verl_formatter(sdist, version)
     lines: List[str] = ["(TaskRunner pid=4242) Checkpoint tracker file does not exist: /x/latest_checkpointed_iteration.txt"]
-    lines += [f"(TaskRunner pid=4242) {fmt(metrics(s), step=s)}" for s in range(1, 5)]
+    lines += [f"(TaskRunner pid=4242) {fmt({**metrics(s), **memory(version)}, step=s)}" for s in range(1, 5)]
     lines += ["Traceback (most recent call last):", "ray.exceptions.RayTaskError: killed", "",
               "verl-ppo: resuming /runs/20261204-010203 from global_step_2"]
-    lines += [f"(TaskRunner pid=5151) {fmt(metrics(s, resumed=True), step=s)}" for s in range(3, 7)]
+    lines += [f"(TaskRunner pid=5151) {fmt({**metrics(s, resumed=True), **memory(version)}, step=s)}" for s in range(3, 7)]
     return "\n".join(lines) + "\n"
 
 
@@ -150,3 +160,33 @@ def test_a_summary_leaves_out_what_the_log_lacks() -> None:
     assert numbers["s_per_step_median"] == 4.0 and numbers["score_last"] is None
     assert "score" not in summary.text(numbers)
     assert summary.summarize([])["steps"] == 0
+
+
+# ---------------------------------------------------------------- logs recorded on the GPU
+
+RECORDED = Path(__file__).parent / "data" / "report"
+
+
+def test_a_gpu_log_of_a_killed_and_resumed_run_reads_as_one_run() -> None:
+    steps = log.read(str(RECORDED / "verl-0.5.0-tiny-killed-and-resumed.train.log"))
+    assert [int(s["step"]) for s in steps] == [1, 2, 3, 4, 5, 6]
+    # Step 3 ran twice (before the kill and after the resume): the resumed run's record is kept.
+    assert steps[2]["training/global_step"] == 3 and steps[2]["timing_s/step"] == pytest.approx(5.6454, abs=1e-3)
+    assert all(s["perf/max_memory_allocated_gb"] < 1 for s in steps)  # the tiny model
+
+
+def test_gpu_memory_of_engine_workers_is_read_from_their_roles(tmp_path, capsys) -> None:
+    """verl 0.8+ logs actor/perf/... and critic/perf/...: the memory chart and summary take the larger."""
+    pytest.importorskip("matplotlib")
+    steps = log.read(str(RECORDED / "verl-0.9.1-qwen2.5-0.5b-shape.train.log"))
+    assert [int(s["step"]) for s in steps] == [1, 2, 3, 4]
+    assert " - perf/max_memory_allocated_gb:" not in (RECORDED / "verl-0.9.1-qwen2.5-0.5b-shape.train.log").read_text()
+    assert steps[-1]["perf/max_memory_allocated_gb"] == pytest.approx(14.2857, abs=1e-3)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_bytes((RECORDED / "verl-0.9.1-qwen2.5-0.5b-shape.train.log").read_bytes())
+    assert cli.run([str(run)]) == 0
+    numbers = json.loads((run / "report" / "summary.json").read_text())
+    assert numbers["max_allocated_gib"] == pytest.approx(14.2857, abs=1e-3)
+    assert numbers["max_reserved_gib"] == pytest.approx(16.705, abs=1e-3)
+    assert (run / "report" / "gpu_memory.png").stat().st_size > 0

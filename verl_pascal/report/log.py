@@ -45,6 +45,22 @@ def parse_line(line: str) -> "Step | None":
             metrics[key.strip()] = parse_value(value)
         except ValueError:
             continue
+    return with_role_peaks(metrics)
+
+
+#: Per-process peaks that verl's engine workers (0.8 and newer) log once per role
+#: (``actor/perf/max_memory_allocated_gb``, ``critic/perf/...``) where the legacy
+#: workers log one ``perf/...`` key; the plain key is their largest.
+ROLE_PEAKS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb")
+
+
+def with_role_peaks(metrics: Step) -> Step:
+    """``metrics`` with each plain peak key filled from the roles' own, when only those were logged."""
+    for key in ROLE_PEAKS:
+        if key not in metrics:
+            roles = [v for k, v in metrics.items() if k.endswith("/" + key)]
+            if roles:
+                metrics[key] = max(roles)
     return metrics
 
 
