@@ -71,14 +71,21 @@ import re
 import signal
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 ENGINE_VERSION = "1.0.0"
 
 KIND_AUTOCAST = "autocast_bf16"
 KIND_ATTN = "attn_implementation"
 KIND_BERT = "bert_padding_import"
-KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT)
+# verl 0.5.0's HF rollout samples rollout.n responses per prompt although its
+# trainer has already repeated every prompt rollout.n times: n*n per prompt, and
+# GRPO (n > 1) fails at its first step. Right in other releases (0.4.x repeats
+# after generating), so the kind is gated: patched only where a release's table
+# lists it.
+KIND_ROLLOUT_N = "hf_rollout_n"
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N)
+GATED_KINDS = frozenset({KIND_ROLLOUT_N})
 KIND_COMPAT = "compat_module"
 
 PENDING = "pending"
@@ -107,7 +114,7 @@ TEMP_PREFIX = ".verl_patch."  # temporary files beside their target; stray ones 
 # once after the last one), so tests can kill a real run at every write in turn.
 FAULT_ENV = "VERL_PATCH_FAULT_AT_WRITE"
 NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
-TRIGGERS = ("autocast", "flash_attn", "attn_implementation")
+TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences")
 BERT_MODULE = "flash_attn.bert_padding"
 MARKER = "# verl-pascal:"
 
@@ -435,6 +442,7 @@ class ScanContext:
     parents: Dict[ast.AST, ast.AST]
     attn: Optional[str]  # attention to write; None: only look (native)
     previous_attn: Optional[str]  # attention of an earlier patch, from the tree's marker
+    gated: FrozenSet[str] = frozenset()  # the gated kinds the release's table lists for this file
 
 
 def call_argument(call: ast.Call, name: str, signature: Sequence[str]) -> Optional[ast.AST]:
@@ -638,7 +646,34 @@ def find_bert_imports(ctx: ScanContext) -> List[FoundSite]:
     return found
 
 
-FINDERS = (find_autocasts, find_attn_literals, find_bert_imports)
+ROLLOUT_N_KEY = "num_return_sequences"
+ROLLOUT_N_NOTE = "  " + MARKER + " the trainer already repeats each prompt rollout.n times"
+
+
+def find_rollout_n(ctx: ScanContext) -> List[FoundSite]:
+    """``"num_return_sequences": <...>.n`` in a dict literal -> 1 (gated: only where the table lists it)."""
+    if KIND_ROLLOUT_N not in ctx.gated:
+        return []
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Dict, []):
+        for key, value in zip(node.keys, node.values):  # type: ignore[attr-defined]
+            if str_const(key) != ROLLOUT_N_KEY:
+                continue
+            line = ctx.src.line_text(src_line(value))
+            if isinstance(value, ast.Constant) and value.value == 1 and MARKER in line:
+                found.append(FoundSite(KIND_ROLLOUT_N, PATCHED, value))
+            elif isinstance(value, ast.Attribute) and value.attr == "n":
+                if ctx.attn is None:
+                    found.append(FoundSite(KIND_ROLLOUT_N, KEPT, value))
+                    continue
+                start, end = ctx.src.span(value)
+                line_end = ctx.src.offset(src_line(value), 0) + len(line.rstrip("\r\n"))
+                edits = [Edit(start, end, "1"), Edit(line_end, line_end, ROLLOUT_N_NOTE)]
+                found.append(FoundSite(KIND_ROLLOUT_N, PENDING, value, edits))
+    return found
+
+
+FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n)
 
 
 def src_line(node: ast.AST) -> int:
@@ -656,14 +691,16 @@ def parse(text: str, rel: str) -> ast.AST:
         )
 
 
-def scan_text(text: str, rel: str, attn: Optional[str], previous_attn: Optional[str]) -> List[FoundSite]:
-    """All sites of one file's text, in source order."""
+def scan_text(
+    text: str, rel: str, attn: Optional[str], previous_attn: Optional[str], gated: FrozenSet[str] = frozenset()
+) -> List[FoundSite]:
+    """All sites of one file's text, in source order; ``gated``: the gated kinds to look for here."""
     nodes, parents = walk_with_parents(parse(text, rel))
     by_type: Dict[type, List[ast.AST]] = {}
     for node in nodes:
         by_type.setdefault(type(node), []).append(node)
     imports = by_type.get(ast.Import, []) + by_type.get(ast.ImportFrom, [])
-    ctx = ScanContext(rel, SourceText(text), by_type, import_aliases(imports), parents, attn, previous_attn)
+    ctx = ScanContext(rel, SourceText(text), by_type, import_aliases(imports), parents, attn, previous_attn, gated)
     found = [site for finder in FINDERS for site in finder(ctx)]
     found.sort(key=lambda s: (s.node.lineno, s.node.col_offset))  # type: ignore[attr-defined]
     return found
@@ -834,7 +871,7 @@ def unsupported_message(version: str, releases: Releases) -> str:
     )
 
 
-def verify_rewrite(rel: str, after: str, attn: str) -> None:
+def verify_rewrite(rel: str, after: str, attn: str, gated: FrozenSet[str] = frozenset()) -> None:
     """The rewritten text compiles and holds no pending site."""
     try:
         compile(after, rel, "exec", dont_inherit=True)
@@ -842,14 +879,14 @@ def verify_rewrite(rel: str, after: str, attn: str) -> None:
         raise RewriteError(
             "%s: the rewrite does not compile (%s, line %s); nothing was written" % (rel, exc.msg, exc.lineno)
         )
-    left = [s for s in scan_text(after, rel, attn, attn) if s.state == PENDING]
+    left = [s for s in scan_text(after, rel, attn, attn, gated) if s.state == PENDING]
     if left:
         line = src_line(left[0].node)
         raise RewriteError("%s:%d: the rewrite left a %s site; nothing was written" % (rel, line, left[0].kind))
 
 
 def plan_file(
-    root: str, rel: str, attn: Optional[str], previous_attn: Optional[str]
+    root: str, rel: str, attn: Optional[str], previous_attn: Optional[str], gated: FrozenSet[str] = frozenset()
 ) -> Tuple[List[Site], Optional[FileChange]]:
     path = os.path.join(root, rel)
     text = read_source(path, rel)
@@ -857,13 +894,13 @@ def plan_file(
         return [], None
     bom = text.startswith("\ufeff")
     body = text[1:] if bom else text
-    found = scan_text(body, rel, attn, previous_attn)
+    found = scan_text(body, rel, attn, previous_attn, gated)
     src = SourceText(body)
     sites = [to_site(rel, src, f) for f in found]
     if attn is None or not any(f.state == PENDING for f in found):
         return sites, None
     after = apply_edits(body, [e for f in found for e in f.edits])
-    verify_rewrite(rel, after, attn)  # also catches a pending site whose rewrite did nothing
+    verify_rewrite(rel, after, attn, gated)  # also catches a pending site whose rewrite did nothing
     return sites, FileChange(path, rel, text, ("\ufeff" if bom else "") + after, "source")
 
 
@@ -932,8 +969,10 @@ def make_plan(
             raise UnsupportedVersionError(unsupported_message(version, releases))
         plan.warnings.append(unsupported_message(version, releases))
     previous_attn = previous["attn"] if previous else None
+    table = releases.get(version, {})
     for rel in python_files(root, package_dir):
-        sites, change = plan_file(root, rel, attn if patching else None, previous_attn)
+        gated = frozenset(k for k in table.get(rel, {}) if k in GATED_KINDS)
+        sites, change = plan_file(root, rel, attn if patching else None, previous_attn, gated)
         plan.sites.extend(sites)
         if change is not None:
             plan.changes.append(change)

@@ -35,6 +35,7 @@ from module_utils.verl_patch import (
     KIND_ATTN,
     KIND_AUTOCAST,
     KIND_BERT,
+    KIND_ROLLOUT_N,
     PATCHED,
     PENDING,
     RewriteError,
@@ -59,14 +60,14 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
-    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5},
-    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5},
-    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9},
-    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10},
-    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13},
-    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12},
-    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13},
-    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12},
+    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0},
+    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0},
+    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0},
+    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0},
+    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1},
+    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0},
+    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0},
+    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
     "0.9.1": [
@@ -166,7 +167,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def by_kind(sites: List[verl_patch.Site], state: Optional[str] = None) -> Dict[str, int]:
-    counts = {KIND_AUTOCAST: 0, KIND_ATTN: 0, KIND_BERT: 0}
+    counts = {KIND_AUTOCAST: 0, KIND_ATTN: 0, KIND_BERT: 0, KIND_ROLLOUT_N: 0}
     for site in sites:
         if state is None or site.state == state:
             counts[site.kind] += 1
@@ -214,8 +215,33 @@ def test_real_sdist_every_expected_site_is_found_and_patched(real_tree: Path) ->
     manifest = json.loads((real_tree / "verl" / ".verl_pascal_patch.json").read_text())
     assert manifest["verl_version"] == version and manifest["profile"] == "pascal" and manifest["attn"] == "sdpa"
     assert len(manifest["sites"]) == sum(REAL_COUNTS[version].values())
-    assert {s["kind"] for s in manifest["sites"]} == {KIND_AUTOCAST, KIND_ATTN, KIND_BERT}
+    assert {s["kind"] for s in manifest["sites"]} == {k for k, n in REAL_COUNTS[version].items() if n}
     assert all({"file", "line", "kind", "before", "after"} <= set(s) for s in manifest["sites"])
+
+
+def _sampled_per_copy(tree: Path) -> List[str]:
+    """What the HF rollout's sampling branch passes as num_return_sequences (plain text, not the engine)."""
+    text = (tree / "verl" / "workers" / "rollout" / "hf_rollout.py").read_text()
+    return re.findall(r'"num_return_sequences": ([^,\n]+),', text)
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0", "0.4.1"], indirect=True)
+def test_grpo_gets_n_responses_a_prompt_from_verls_hf_rollout(real_tree: Path) -> None:
+    """0.5.0's trainer repeats each prompt rollout.n times before its HF rollout, which sampled n for each
+    copy again (n*n: GRPO failed on the H200). The gated site is patched there to sample one; 0.4.1, which
+    repeats after generating, keeps its n."""
+    version = real_tree.name[len("verl-") :]
+    ray_trainer = (real_tree / "verl" / "trainer" / "ppo" / "ray_trainer.py").read_text()
+    repeats_before = "gen_batch = gen_batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n" in ray_trainer
+    assert repeats_before == (version == "0.5.0")
+    assert _sampled_per_copy(real_tree) == ["1", "self.config.n"]  # validation's branch, then sampling's
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert _sampled_per_copy(real_tree) == (["1", "1"] if repeats_before else ["1", "self.config.n"])
+    # Without the release's table the kind is never touched, even in 0.5.0.
+    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_ROLLOUT_N} for f, kinds in t.items()}
+                for v, t in RELEASES.items()}
+    assert not [s for s in make_plan(str(real_tree), "pascal", "sdpa", releases=unlisted).sites
+                if s.kind == KIND_ROLLOUT_N and s.state == PENDING]
 
 
 def _calls_text(text: str) -> List[str]:
@@ -341,7 +367,10 @@ def test_real_sdist_unsupported_version_is_refused(real_tree: Path) -> None:
     # A maintainer adding the release: never exits 0 while a site is left.
     probe = run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--json", "--allow-unsupported")
     assert probe.returncode == 1
-    assert json.loads(probe.stdout)["table_entry"] == RELEASES["0.5.0"]
+    # Gated kinds (hf_rollout_n) are never found without the release's table: a maintainer lists them by hand.
+    ungated = {f: {k: n for k, n in kinds.items() if k not in verl_patch.GATED_KINDS}
+               for f, kinds in RELEASES["0.5.0"].items()}
+    assert json.loads(probe.stdout)["table_entry"] == ungated
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--allow-unsupported").returncode == 0
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--allow-unsupported").returncode == 0
 
@@ -453,7 +482,7 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
     assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py"}
     assert plan.warnings and "not supported" in plan.warnings[0]
@@ -534,10 +563,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()
