@@ -48,7 +48,7 @@ def draw(data: Dict[str, Any], out: str) -> None:
     import matplotlib.pyplot as plt
 
     runs: List[Dict[str, Any]] = data["shape_runs"]
-    names = [f"verl {r['verl']}\n({r['date']})" for r in runs]
+    names = [f"{r['verl']}\n{r['date'][5:]}" for r in runs]  # release and month-day: seven fit a panel
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     panels = [
         ("seconds per step (median after the first)", [r["s_per_step_median"] for r in runs], "s"),
@@ -72,7 +72,8 @@ def draw(data: Dict[str, Any], out: str) -> None:
     ax.set_title("GPU memory per process", fontsize=10)
     ax.set_ylabel("GiB")
     ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules on an H200 (cap only)", fontsize=11)
+    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules on an H200 (cap only; 12-04: four runs side by side)",
+                 fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
