@@ -667,7 +667,7 @@ def find_rollout_n(ctx: ScanContext) -> List[FoundSite]:
                     found.append(FoundSite(KIND_ROLLOUT_N, KEPT, value))
                     continue
                 start, end = ctx.src.span(value)
-                line_end = ctx.src.offset(src_line(value), 0) + len(line.rstrip("\r\n"))
+                line_end = ctx.src.offset(src_line(value), 0) + len(line)  # line_text has no newline
                 edits = [Edit(start, end, "1"), Edit(line_end, line_end, ROLLOUT_N_NOTE)]
                 found.append(FoundSite(KIND_ROLLOUT_N, PENDING, value, edits))
     return found

@@ -19,6 +19,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -245,8 +246,12 @@ def test_a_resume_waits_for_the_last_processes_of_a_crashed_run(box: Path, env: 
     (run_dir,) = (box / "runs").iterdir()
     # A leftover process of the crashed run: holds the lock, ends 2 s later.
     leftover = subprocess.Popen(["flock", str(run_dir / ".lock"), "sleep", "2"])
-    while not held_by_another(run_dir / ".lock"):
-        pass
+    for _ in range(500):  # until the leftover holds the lock (5 s at most)
+        if held_by_another(run_dir / ".lock"):
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the stand-in leftover process never took the lock")
     try:
         proc = run_with(script, {"STANDIN_STEPS": "4"}, "--resume")
     finally:
