@@ -134,6 +134,7 @@ def render_launch(work: str, data: str, model: str, args: argparse.Namespace) ->
         "launch_grpo_ppo_mini_batch_size": args.mini_batch or args.train_batch,
         # A timing run saves nothing unless asked (a 0.5B checkpoint is GBs and seconds).
         "launch_save_freq": args.save_freq,
+        "launch_grpo_save_freq": args.save_freq,
     })
 
 

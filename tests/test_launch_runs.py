@@ -114,14 +114,24 @@ def test_grpo_drops_the_critic_and_samples_a_group_per_prompt(tmp_path: Path) ->
     for expected in ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4",
                      "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
                      "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "algorithm.use_kl_in_reward=False",
-                     # the 24 GB row's 32 responses: 8 prompts x 4, mini-batch 4 prompts x 4
-                     "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     # the 24 GB row's measured GRPO step: 128 responses, 32 prompts x 4, mini-batch 16 x 4
+                     "data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                      # the Pascal profile still applies
                      "actor_rollout_ref.rollout.name=hf", "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"]:
         assert expected in argv, expected
     assert not any(a.startswith(("critic.model.path=", "critic.ppo_micro")) for a in argv)
-    assert "data.train_batch_size=32" not in argv
+
+
+def test_grpo_keeps_the_presets_responses_for_any_n_and_a_row_without_grpo_sizes_gives_its_ppo_sizes(
+        tmp_path: Path) -> None:
+    def sizes(argv: list[str]) -> tuple[str, str]:
+        value = dict(a.split("=", 1) for a in argv if "=" in a)
+        return value["data.train_batch_size"], value["actor_rollout_ref.actor.ppo_mini_batch_size"]
+
+    assert sizes(dry_run_args(render(tmp_path, launch_grpo_rollout_n=8), "--algo", "grpo")) == ("16", "8")
+    # the 16 GB row has no GRPO sizes: its PPO 16 and 8 responses, over n = 4
+    assert sizes(dry_run_args(render(tmp_path, gpu_memory_mib=16384), "--algo", "grpo")) == ("4", "2")
 
 
 def test_ppo_stays_the_default_and_grpo_can_be_the_boxs_default(tmp_path: Path) -> None:
@@ -130,7 +140,7 @@ def test_ppo_stays_the_default_and_grpo_can_be_the_boxs_default(tmp_path: Path) 
     assert not any(a.startswith("algorithm.adv_estimator") for a in ppo)
     grpo = dry_run_args(render(tmp_path, launch_algo="grpo", launch_grpo_rollout_n=8))
     assert "algorithm.adv_estimator=grpo" in grpo and "actor_rollout_ref.rollout.n=8" in grpo
-    assert "data.train_batch_size=4" in grpo and "actor_rollout_ref.actor.ppo_mini_batch_size=2" in grpo
+    assert "data.train_batch_size=16" in grpo and "actor_rollout_ref.actor.ppo_mini_batch_size=8" in grpo
     assert "algorithm.use_kl_in_reward=True" in dry_run_args(render(tmp_path, launch_algo="grpo"), "--algo=ppo")
 
 
@@ -160,6 +170,10 @@ def test_every_run_checkpoints_keeps_two_and_logs_for_tensorboard(tmp_path: Path
                      "trainer.logger=[console,tensorboard]"]:
         assert expected in argv, expected
     assert "trainer.save_freq=-1" in dry_run_args(render(tmp_path, launch_save_freq=-1))
+    # a GRPO step is about twice a PPO step: it saves twice as often, and once
+    grpo = dry_run_args(render(tmp_path), "--algo", "grpo")
+    assert [a for a in grpo if a.startswith("trainer.save_freq=")] == ["trainer.save_freq=4"]
+    assert "trainer.save_freq=-1" in dry_run_args(render(tmp_path, launch_grpo_save_freq=-1), "--algo", "grpo")
 
 
 # ---------------------------------------------------------------- runs and resume
@@ -217,7 +231,7 @@ def test_resume_says_what_is_missing(box: Path, env: Path) -> None:
     (run_dir,) = (box / "runs").iterdir()
     for args in (["--resume"], ["--resume", str(run_dir)]):
         proc = run_as_user(script, *args)
-        assert proc.returncode == 2 and "saved no checkpoint yet (one every 8 steps" in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and "saved no checkpoint yet (one every 8 PPO or 4 GRPO steps: trainer.save_freq)" in proc.stderr, proc.stderr
     proc = run_as_user(script, "--resume", str(box / "nowhere"))
     assert proc.returncode == 2 and "no run directory" in proc.stderr
     (run_dir / "checkpoints").mkdir()

@@ -57,6 +57,9 @@ PRESET_VARIABLES = {
     "optimizer_offload": "launch_optimizer_offload",
 }
 
+#: GRPO's preset sizes (responses a step and a mini-batch) -> the PPO size a row without them gives.
+GRPO_PRESET_KEYS = {"grpo_train_responses": "train_batch_size", "grpo_mini_responses": "ppo_mini_batch_size"}
+
 
 def ansible_bool(value: object) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
@@ -85,6 +88,9 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     for key, name in PRESET_VARIABLES.items():
         if str(values[name]) in ("", "0"):
             values[name] = preset[key]
+    # GRPO's sizes in responses: the row's, or its PPO sizes as they stand now (the role's rule).
+    for key, ppo in GRPO_PRESET_KEYS.items():
+        values.setdefault(f"launch_{key}", preset.get(key, values[PRESET_VARIABLES[ppo]]))
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
     values.setdefault("verl_releases", {v: verl_releases.read(v) for v in verl_releases.versions()})
     return values
