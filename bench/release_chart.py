@@ -48,8 +48,9 @@ def draw(data: Dict[str, Any], out: str) -> None:
     import matplotlib.pyplot as plt
 
     runs: List[Dict[str, Any]] = data["shape_runs"]
-    names = [f"{r['verl']}\n{r['date'][5:]}" for r in runs]  # release and month-day: seven fit a panel
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    # release, month-day and steps (two runs of a release on one day differ in steps)
+    names = [f"{r['verl']}\n{r['date'][5:]}\n{r['steps_done']}/{r['steps_asked']}" for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(6 + 1.1 * len(runs), 4.6))
     panels = [
         ("seconds per step (median after the first)", [r["s_per_step_median"] for r in runs], "s"),
         ("generated tokens per second (mean)", [r["gen_tokens_per_s_mean"] for r in runs], "tokens/s"),
@@ -72,7 +73,7 @@ def draw(data: Dict[str, Any], out: str) -> None:
     ax.set_title("GPU memory per process", fontsize=10)
     ax.set_ylabel("GiB")
     ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules on an H200 (cap only; 12-04: four runs side by side)",
+    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules on an H200 (cap only; 12-04: runs sharing the GPU)",
                  fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
