@@ -20,9 +20,12 @@ setup:
 
 venv: $(VENV)/.installed
 
+# --no-compile: the ansible package alone brings tens of thousands of modules
+# that are never imported; Python compiles those that are on first import.
+# That halves the CPU time of this install (150 -> 61 s user, 2026-12-04).
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-compile -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
