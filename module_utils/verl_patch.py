@@ -84,8 +84,17 @@ KIND_BERT = "bert_padding_import"
 # after generating), so the kind is gated: patched only where a release's table
 # lists it.
 KIND_ROLLOUT_N = "hf_rollout_n"
-KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N)
-GATED_KINDS = frozenset({KIND_ROLLOUT_N})
+# verl's fp32 log-probs without flash-attn's Triton cross-entropy (never on
+# Pascal) take one logsumexp per row: `torch.stack([torch.logsumexp(r, dim=-1)
+# for r in logits])`. The engine workers (0.8 on) hand it a 2-D (tokens, vocab)
+# tensor, so a row is one token: ~10 000 tiny kernels per pass, CPU-bound, and
+# the reason 0.9.1 trained slower than 0.5.0, whose legacy workers pass 3-D
+# (rows = samples). The rewrite takes rows in chunks of LOGSUMEXP_CHUNK: the same
+# values, as many kernels as chunks. Gated: listed where the engine workers train.
+KIND_LOGSUMEXP = "logsumexp_rows"
+LOGSUMEXP_CHUNK = 512
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N, KIND_LOGSUMEXP)
+GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP})
 KIND_COMPAT = "compat_module"
 
 PENDING = "pending"
@@ -114,7 +123,7 @@ TEMP_PREFIX = ".verl_patch."  # temporary files beside their target; stray ones 
 # once after the last one), so tests can kill a real run at every write in turn.
 FAULT_ENV = "VERL_PATCH_FAULT_AT_WRITE"
 NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
-TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences")
+TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences", "logsumexp")
 BERT_MODULE = "flash_attn.bert_padding"
 MARKER = "# verl-pascal:"
 
@@ -673,7 +682,72 @@ def find_rollout_n(ctx: ScanContext) -> List[FoundSite]:
     return found
 
 
-FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n)
+LOGSUMEXP_NOTE = "  %s rows in chunks of %d, not one kernel per token" % (MARKER, LOGSUMEXP_CHUNK)
+
+
+def _is_minus_one(node: Optional[ast.AST]) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return isinstance(node.operand, ast.Constant) and node.operand.value == 1
+    return isinstance(node, ast.Constant) and node.value == -1
+
+
+def _logsumexp_listcomp(ctx: ScanContext, node: ast.AST) -> Optional[Tuple[str, ast.AST]]:
+    """``[torch.logsumexp(v, dim=-1) for v in ROWS]``: (v, ROWS), else None."""
+    if not (isinstance(node, ast.ListComp) and len(node.generators) == 1):
+        return None
+    gen, elt = node.generators[0], node.elt
+    if gen.ifs or getattr(gen, "is_async", 0) or not isinstance(gen.target, ast.Name):
+        return None
+    if not (isinstance(elt, ast.Call) and dotted_name(elt.func, ctx.aliases) == "torch.logsumexp"):
+        return None
+    dims = [kw.value for kw in elt.keywords if kw.arg == "dim"] + list(elt.args[1:2])
+    if len(elt.args) < 1 or not isinstance(elt.args[0], ast.Name) or elt.args[0].id != gen.target.id:
+        return None
+    if len(dims) != 1 or not _is_minus_one(dims[0]) or len(elt.keywords) + len(elt.args) != 2:
+        return None
+    return gen.target.id, gen.iter
+
+
+def logsumexp_edits(ctx: ScanContext, call: ast.Call, var: str, rows: ast.AST) -> List[Edit]:
+    """The stacked per-row loop -> chunks of rows, viewed back to the rows' shape."""
+    torch_ = ctx.src.segment(call.func.value)  # type: ignore[attr-defined]
+    it = ctx.src.segment(rows)
+    if not isinstance(rows, ast.Name):
+        it = "(%s)" % it
+    text = "%s.cat([%s.logsumexp(%s, dim=-1) for %s in %s.reshape(-1, %s.shape[-1]).split(%d)]).view(%s.shape[:-1])" % (
+        torch_, torch_, var, var, it, it, LOGSUMEXP_CHUNK, it)
+    start, end = ctx.src.span(call)
+    line = ctx.src.line_text(src_line(call))
+    line_end = ctx.src.offset(src_line(call), 0) + len(line)
+    return [Edit(start, end, text), Edit(line_end, line_end, LOGSUMEXP_NOTE)]
+
+
+def find_logsumexp_rows(ctx: ScanContext) -> List[FoundSite]:
+    """``torch.stack([torch.logsumexp(r, dim=-1) for r in x])`` -> chunks of rows (gated)."""
+    if KIND_LOGSUMEXP not in ctx.gated:
+        return []
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Call, []):
+        name = dotted_name(node.func, ctx.aliases)  # type: ignore[attr-defined]
+        args = node.args  # type: ignore[attr-defined]
+        if name == "torch.stack" and len(args) == 1 and not node.keywords:  # type: ignore[attr-defined]
+            match = _logsumexp_listcomp(ctx, args[0])
+            if match is None or src_line(node) != getattr(node, "end_lineno", src_line(node)):
+                continue
+            if ctx.attn is None:
+                found.append(FoundSite(KIND_LOGSUMEXP, KEPT, node))
+            else:
+                found.append(FoundSite(KIND_LOGSUMEXP, PENDING, node, logsumexp_edits(ctx, node, *match)))
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "view":  # type: ignore[attr-defined]
+            inner = node.func.value  # type: ignore[attr-defined]
+            if (isinstance(inner, ast.Call) and dotted_name(inner.func, ctx.aliases) == "torch.cat"
+                    and inner.args and _logsumexp_listcomp(ctx, inner.args[0]) is not None
+                    and MARKER in ctx.src.line_text(src_line(node))):
+                found.append(FoundSite(KIND_LOGSUMEXP, PATCHED, node))
+    return found
+
+
+FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n, find_logsumexp_rows)
 
 
 def src_line(node: ast.AST) -> int:

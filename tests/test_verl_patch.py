@@ -35,6 +35,7 @@ from module_utils.verl_patch import (
     KIND_ATTN,
     KIND_AUTOCAST,
     KIND_BERT,
+    KIND_LOGSUMEXP,
     KIND_ROLLOUT_N,
     PATCHED,
     PENDING,
@@ -60,14 +61,14 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
-    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0},
-    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0},
-    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0},
-    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0},
-    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1},
-    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0},
-    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0},
-    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0},
+    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1},
+    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1},
+    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
+    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
+    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1, KIND_LOGSUMEXP: 0},
+    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
+    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
+    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
     "0.9.1": [
@@ -167,7 +168,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def by_kind(sites: List[verl_patch.Site], state: Optional[str] = None) -> Dict[str, int]:
-    counts = {KIND_AUTOCAST: 0, KIND_ATTN: 0, KIND_BERT: 0, KIND_ROLLOUT_N: 0}
+    counts = {kind: 0 for kind in verl_patch.KINDS}
     for site in sites:
         if state is None or site.state == state:
             counts[site.kind] += 1
@@ -242,6 +243,69 @@ def test_grpo_gets_n_responses_a_prompt_from_verls_hf_rollout(real_tree: Path) -
                 for v, t in RELEASES.items()}
     assert not [s for s in make_plan(str(real_tree), "pascal", "sdpa", releases=unlisted).sites
                 if s.kind == KIND_ROLLOUT_N and s.state == PENDING]
+
+
+def _log_probs_function(tree: Path) -> Callable[..., Any]:
+    """verl's own logprobs_from_logits_v2, compiled from the tree's file alone (verl's imports are not needed)."""
+    import ast
+
+    import torch
+    import torch.nn.functional as F
+
+    text = (tree / "verl" / "utils" / "torch_functional.py").read_text()
+    node = next(n for n in ast.parse(text).body
+                if isinstance(n, ast.FunctionDef) and n.name == "logprobs_from_logits_v2")
+    scope: Dict[str, Any] = {"torch": torch, "F": F}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "torch_functional.py", "exec"), scope)
+    return scope["logprobs_from_logits_v2"]
+
+
+def _logsumexp_kernels(fn: Callable[..., Any], logits: Any, labels: Any) -> Tuple[Any, Any, int]:
+    """fn's log-probs, the gradient of their sum, and how many logsumexp kernels the forward launched."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten.logsumexp.default:
+                Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    leaf = logits.clone().requires_grad_(True)
+    with Count():
+        out = fn(leaf, labels)
+    out.sum().backward()
+    return out.detach(), leaf.grad, Count.calls
+
+
+@pytest.mark.parametrize("real_tree", ["0.9.1", "0.8.0"], indirect=True)
+def test_engine_log_probs_take_rows_in_chunks_with_the_same_values(real_tree: Path, tmp_path: Path) -> None:
+    """The engine workers pass (tokens, vocab) to verl's fp32 log-probs, which reduced one token per kernel
+    (0.9.1 trained slower than 0.5.0). Patched: one kernel per 512 rows, the same log-probs and gradients,
+    for the engine's 2-D input and the legacy workers' 3-D one."""
+    import torch
+
+    pristine = tmp_path / "pristine"
+    shutil.copytree(str(real_tree), str(pristine))
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    before, after = _log_probs_function(pristine), _log_probs_function(real_tree)
+    gen = torch.Generator().manual_seed(0)
+    tokens, vocab, chunk = 1100, 257, verl_patch.LOGSUMEXP_CHUNK
+    for shape in [(tokens,), (4, tokens // 4)]:
+        logits = torch.randn(*shape, vocab, generator=gen) * 4
+        labels = torch.randint(0, vocab, shape, generator=gen)
+        want, want_grad, per_row = _logsumexp_kernels(before, logits, labels)
+        got, got_grad, chunked = _logsumexp_kernels(after, logits, labels)
+        assert got.shape == want.shape == shape
+        assert torch.allclose(got, want, rtol=0, atol=1e-5) and torch.allclose(got_grad, want_grad, atol=1e-6)
+        assert per_row == shape[0] and chunked == -(-tokens // chunk)
+    # Not listed for a release, the site is left as released.
+    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_LOGSUMEXP} for f, kinds in t.items()}
+                for v, t in RELEASES.items()}
+    assert not [s for s in make_plan(str(pristine), "pascal", "sdpa", releases=unlisted).sites
+                if s.kind == KIND_LOGSUMEXP]
 
 
 def _calls_text(text: str) -> List[str]:
@@ -482,7 +546,7 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
     assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py"}
     assert plan.warnings and "not supported" in plan.warnings[0]
@@ -563,10 +627,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()
