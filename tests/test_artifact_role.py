@@ -98,6 +98,29 @@ def test_copy_is_checked_idempotent_and_check_mode_changes_nothing(box) -> None:
         assert proc.returncode == 0 and "changed=0" in recap(proc), proc.stdout
 
 
+def test_a_rerun_sends_only_the_wheels_the_box_lacks_or_holds_otherwise(box) -> None:
+    """The mirror's pip files are copied by content: a damaged or deleted one comes back, the rest stay as
+    they are (not sent again), and check mode names the repair without making it."""
+    tmp_path, mirror = box
+    good = sha(mirror / "demo.run")
+    proc, _ = run(tmp_path, mirror, good)
+    assert proc.returncode == 0, proc.stdout
+    wheels = tmp_path / "cache" / "mirror-wheels"
+    kept, damaged = wheels / "demo-0.9.tar.gz", wheels / "demo-1.0-py3-none-any.whl"
+    kept_stat = kept.stat()
+    damaged.write_bytes(b"half a wheel")
+
+    proc, _ = run(tmp_path, mirror, good, "--check", "--diff")
+    assert proc.returncode == 0 and "changed=0" not in recap(proc), proc.stdout
+    assert damaged.read_bytes() == b"half a wheel"
+
+    proc, _ = run(tmp_path, mirror, good)
+    assert proc.returncode == 0 and "changed=0" not in recap(proc), proc.stdout
+    assert damaged.read_bytes() == b"a wheel"
+    assert kept.stat().st_mtime_ns == kept_stat.st_mtime_ns and kept.stat().st_ino == kept_stat.st_ino
+    assert "demo-1.0-py3-none-any.whl" in proc.stdout and "demo-0.9.tar.gz" not in proc.stdout.split("PLAY RECAP")[0]
+
+
 def test_wrong_file_in_the_mirror_is_refused_and_removed(box) -> None:
     tmp_path, mirror = box
     want = "a" * 64
