@@ -30,11 +30,11 @@ def load(path: str = DATA) -> Dict[str, Any]:
 
 
 def markdown(data: Dict[str, Any]) -> str:
-    head = ("| verl | date | steps | s/step, median after the first (first) | generated tokens/s, mean after the first "
-            "| max allocated | max reserved | nvidia-smi peak | stack |")
-    rows = [head, "|" + "---|" * 9]
+    head = ("| verl | date | GPU | steps | s/step, median after the first (first) | generated tokens/s, mean after the "
+            "first | max allocated | max reserved | nvidia-smi peak | stack |")
+    rows = [head, "|" + "---|" * 10]
     for r in data["shape_runs"]:
-        rows.append(f"| {r['verl']} | {r['date']} | {r['steps_done']} of {r['steps_asked']} | "
+        rows.append(f"| {r['verl']} | {r['date']} | {r['gpu']} | {r['steps_done']} of {r['steps_asked']} | "
                     f"{r['s_per_step_median']:.2f} ({r['s_per_step_first']:.2f}) | {r['gen_tokens_per_s_mean']:.0f} | "
                     f"{r['max_allocated_gib']:.2f} GiB | {r['max_reserved_gib']:.2f} GiB | {r['nvidia_smi_mib']} MiB | "
                     f"{r['stack']} |")
@@ -48,9 +48,9 @@ def draw(data: Dict[str, Any], out: str) -> None:
     import matplotlib.pyplot as plt
 
     runs: List[Dict[str, Any]] = data["shape_runs"]
-    # release, month-day and steps (two runs of a release on one day differ in steps)
-    names = [f"{r['verl']}\n{r['date'][5:]}\n{r['steps_done']}/{r['steps_asked']}" for r in runs]
-    fig, axes = plt.subplots(1, 3, figsize=(6 + 1.1 * len(runs), 4.6))
+    # release, month-day, GPU and steps (two runs of a release on one day differ in steps)
+    names = [f"{r['verl']}\n{r['date'][5:]}\n{r['gpu']}\n{r['steps_done']}/{r['steps_asked']}" for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(6 + 1.3 * len(runs), 5.0))
     panels = [
         ("seconds per step (median after the first)", [r["s_per_step_median"] for r in runs], "s"),
         ("generated tokens per second (mean)", [r["gen_tokens_per_s_mean"] for r in runs], "tokens/s"),
@@ -73,8 +73,8 @@ def draw(data: Dict[str, Any], out: str) -> None:
     ax.set_title("GPU memory per process", fontsize=10)
     ax.set_ylabel("GiB")
     ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules on an H200 (cap only; 12-04: runs sharing the GPU)",
-                 fontsize=11)
+    fig.suptitle("PPO, Qwen2.5-0.5B shape, 24 GB preset, P40 rules (cap only; 12-04: runs sharing the GPU; "
+                 "compare seconds within one GPU)", fontsize=11)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

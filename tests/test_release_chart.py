@@ -15,7 +15,7 @@ def runs(tmp_path, rows):
     return str(path)
 
 
-ROW = {"verl": "9.9.9", "date": "2026-01-01", "steps_done": 7, "steps_asked": 10, "s_per_step_median": 12.345,
+ROW = {"verl": "9.9.9", "date": "2026-01-01", "gpu": "H100", "steps_done": 7, "steps_asked": 10, "s_per_step_median": 12.345,
        "s_per_step_first": 30.0, "gen_tokens_per_s_mean": 812.4, "max_allocated_gib": 14.0, "max_reserved_gib": 16.5,
        "nvidia_smi_mib": 18000, "stack": "torch X"}
 
@@ -24,7 +24,7 @@ def test_the_table_has_a_row_per_measured_run_with_its_numbers(tmp_path) -> None
     table = release_chart.markdown(release_chart.load(runs(tmp_path, [ROW, {**ROW, "verl": "9.9.8"}])))
     lines = table.splitlines()
     assert len(lines) == 4
-    assert lines[2].startswith("| 9.9.9 | 2026-01-01 | 7 of 10 | 12.35 (30.00) | 812 | 14.00 GiB | 16.50 GiB | 18000 MiB")
+    assert lines[2].startswith("| 9.9.9 | 2026-01-01 | H100 | 7 of 10 | 12.35 (30.00) | 812 | 14.00 GiB | 16.50 GiB | 18000 MiB")
 
 
 def test_the_chart_is_a_png_drawn_without_a_display(tmp_path, monkeypatch) -> None:
@@ -35,6 +35,6 @@ def test_the_chart_is_a_png_drawn_without_a_display(tmp_path, monkeypatch) -> No
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_committed_runs_name_their_date_and_stack() -> None:
+def test_the_committed_runs_name_their_date_gpu_and_stack() -> None:
     data = release_chart.load()
-    assert data["shape_runs"] and all(r["date"] and r["stack"] for r in data["shape_runs"])
+    assert data["shape_runs"] and all(r["date"] and r["stack"] and r["gpu"] for r in data["shape_runs"])
