@@ -37,8 +37,9 @@ args = sys.argv[1:]
 with open(os.path.join(env, "seen.jsonl"), "a") as seen:
     seen.write(json.dumps({{"argv": args, "TENSORBOARD_DIR": os.environ.get("TENSORBOARD_DIR")}}) + "\\n")
 module = args[1] if args[:1] == ["-m"] else ""
-if module == "verl.trainer.main_ppo" and "--cfg" in args:
-    print("actor_rollout_ref:\\n  rollout:\\n    name: hf")
+if module == "verl_pascal.runconfig.compose":
+    with open(args[2], "w") as composed:
+        composed.write("actor_rollout_ref:\\n  rollout:\\n    name: hf\\n")
 elif module == "verl.trainer.main_ppo":
     ov = dict(a.split("=", 1) for a in args[2:] if "=" in a)
     ckpts, freq = ov["trainer.default_local_dir"], int(ov["trainer.save_freq"])
@@ -82,8 +83,8 @@ def seen(env: Path) -> list[dict]:
 
 
 def trainings(env: Path) -> list[list[str]]:
-    """The argv of every training the stand-in ran (not the compose or the check)."""
-    return [s["argv"] for s in seen(env) if s["argv"][1] == "verl.trainer.main_ppo" and "--cfg" not in s["argv"]]
+    """The argv of every training the stand-in ran (not the composition)."""
+    return [s["argv"] for s in seen(env) if s["argv"][1] == "verl.trainer.main_ppo"]
 
 
 def run_with(script: Path, extra_env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -67,17 +67,16 @@ def start_as_user(script: Path, *args: str) -> subprocess.Popen:
 
 
 # A STAND-IN for the env's python (no verl, no GPU here): composes a fixed
-# configuration for `--cfg job`, accepts it in the box-side check
-# (verl_pascal.runconfig.check, tested in tests/test_runconfig_check.py), and
-# "trains" by recording that it ran. What it stands in for is exercised with
-# the real verl in the Molecule default and upgrade scenarios.
+# configuration into the file it is given and accepts it (the box-side
+# verl_pascal.runconfig.compose, tested in tests/test_runconfig_compose.py),
+# and "trains" by recording that it ran. What it stands in for is exercised
+# with the real verl in the Molecule default and upgrade scenarios.
 STANDIN_PYTHON = """#!/bin/sh
 here=$(dirname "$0")/..
 env >"$here/seen.env"
 echo "$*" >>"$here/seen.argv"
 case "$1" in
-  -m) [ "$2" = verl_pascal.runconfig.check ] && exit 0
-      for a in "$@"; do [ "$a" = --cfg ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n'; exit 0; }; done
+  -m) [ "$2" = verl_pascal.runconfig.compose ] && { printf 'actor_rollout_ref:\n  rollout:\n    name: hf\n' >"$3"; exit 0; }
       touch "$(dirname "$0")/../../trained" ;;
 esac
 """
@@ -238,6 +237,34 @@ def test_check_config_reports_a_rejected_override(box: Path) -> None:
     proc = run_as_user(script, "--check-config")
     assert proc.returncode == 1, proc.stderr
     assert "rejects the configuration" in proc.stderr
+
+
+def test_check_config_composes_and_judges_the_runs_overrides_in_one_python_start(box: Path) -> None:
+    """One start of the env's python (each imports verl and torch) composes exactly what the run would get,
+    judged against this box's compute capability, into a file removed afterwards."""
+    env = standin_env(box)
+    script = render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"))
+    proc = run_as_user(script, "--check-config", "trainer.total_epochs=3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "verl-ppo: configuration composes with the installed verl.\n"
+    (call,) = (env / "seen.argv").read_text().splitlines()
+    head, _, overrides = call.partition(" -- ")
+    module, composed, *options = head.split(" ")[1:]
+    assert module == "verl_pascal.runconfig.compose" and options == ["--min-compute-capability", "6.1"]
+    assert overrides == " ".join(dry_run_args(script, "trainer.total_epochs=3")[3:])
+    assert not Path(composed).exists()
+
+
+@pytest.mark.parametrize("mode", [[], ["--check-config"]])
+def test_a_configuration_the_judge_refuses_stops_with_its_status_and_words(box: Path, mode: list[str]) -> None:
+    env = standin_env(box)
+    python = env / "bin" / "python"
+    refusal = '[ "$2" = verl_pascal.runconfig.compose ] && { echo "verl-ppo: the rollout vllm needs 7.0" >&2; exit 2; }'
+    python.write_text(python.read_text().replace('case "$1" in', refusal + '\ncase "$1" in'))
+    proc = run_as_user(render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs")), *mode)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "verl-ppo: the rollout vllm needs 7.0\n"
+    assert not (box / "trained").exists() and list((box / "runs").glob("*")) == []
 
 
 def test_a_run_whose_config_fails_leaves_no_run_directory(box: Path) -> None:

@@ -2,6 +2,9 @@
 
 - ``check``: ``python -m verl_pascal.runconfig.check`` refuses a rollout the
   box's GPUs cannot run and has the installed verl validate the configuration
-  (its config dataclasses, its batch-size rules); the launch script runs it
-  after every composition (``--check-config`` and before a run).
+  (its config dataclasses, its batch-size rules).
+- ``compose``: ``python -m verl_pascal.runconfig.compose`` composes the
+  configuration with verl's Hydra (``main_ppo --cfg job``, in the same
+  process) and judges it with ``check``; the launch script runs it for every
+  composition (``--check-config`` and before a run).
 """

@@ -131,12 +131,17 @@ def judge(path: str, min_compute_capability: str,
     return 0
 
 
+def parser(description: str, composed_help: str) -> argparse.ArgumentParser:
+    """The command line of this module and of ``verl_pascal.runconfig.compose``: the file and the capability."""
+    command = argparse.ArgumentParser(description=description)
+    command.add_argument("composed", help=composed_help)
+    command.add_argument("--min-compute-capability", required=True, type=capability_text,
+                         help="the box's lowest, as major.minor")
+    return command
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("composed", help="the configuration main_ppo --cfg job printed")
-    parser.add_argument("--min-compute-capability", required=True, type=capability_text,
-                        help="the box's lowest, as major.minor")
-    args = parser.parse_args(argv)
+    args = parser(__doc__.split("\n\n")[0], "the configuration main_ppo --cfg job printed").parse_args(argv)
     return judge(args.composed, args.min_compute_capability)
 
 
