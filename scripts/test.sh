@@ -32,12 +32,31 @@ why_failed() { # LANE
   echo "== why the $1 lane failed: the 80 lines before its first failed Molecule action"
   head -n "$at" "$log" | tail -n 80 | sed -E 's/\x1b\[[0-9;]*m//g' | cut -c1-400
 }
+# For a failed lane, its failed task and that task's message, joined from the
+# lines Molecule wrapped and cut to 900 characters: printed last, so that even
+# the few lines of the output CI keeps say what failed and why.
+reason() { # LANE
+  local log=$logs/$1.log at from task
+  [[ -f $log ]] || return 0
+  at=$(grep -a -n -m1 'Executed: Failed' "$log" | cut -d: -f1)
+  [[ -n $at ]] || return 0
+  from=$(head -n "$at" "$log" | grep -a -n -E '(fatal|failed): \[' | tail -n 1 | cut -d: -f1)
+  [[ -n $from ]] || return 0
+  task=$(head -n "$from" "$log" | grep -a 'TASK \[' | tail -n 1 | sed -E 's/\x1b\[[0-9;]*m//g; s/^.*TASK \[//; s/\] *\**$//')
+  echo "== the $1 lane's failed task: $task"
+  tail -n +"$from" "$log" | head -n $((at - from)) | sed -E 's/\x1b\[[0-9;]*m//g; s/^\[[a-z]+\] +│ ?//' |
+    awk 'NR > 1 && NF == 0 { exit } { sub(/^ +/, ""); printf "%s ", $0 }' |
+    sed -E 's/^.*"msg": //' | cut -c1-900
+  echo
+}
 report() {
   why_failed upgrade
   why_failed main
   echo "== stage times"
   cat "$times"
   printf '%-8s %-18s %6ds\n' all total $((SECONDS - started))
+  reason upgrade
+  reason main
   rm -rf "$times" "$logs"
 }
 trap report EXIT
