@@ -8,7 +8,8 @@ told per file to misbehave (``modes[name] = {...}``):
 - ``cap``: every response stops after this many bytes and closes;
 - ``norange``: ignore Range, always answer 200 with the whole file;
 - ``wrong``: serve other bytes of the same length;
-- ``status``: answer this HTTP status (404, 500) with no body;
+- ``status``: answer this HTTP status (404, 500) with no body; with ``times``,
+  only the first that many requests (a failure that passes);
 - ``slow``: the first request waits this many seconds before answering;
 - ``delay``: every request waits this many seconds (concurrency tests);
 - ``rate``: bytes per second (a bandwidth cap, for the bench);
@@ -28,6 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from html import escape
 from typing import Any, Dict, List, Mapping, Optional, Tuple
+from urllib.parse import unquote
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
@@ -93,7 +95,7 @@ class Upstream:
         return Handler
 
     def _serve(self, req: BaseHTTPRequestHandler) -> None:
-        name = req.path.lstrip("/").split("?", 1)[0]
+        name = unquote(req.path.lstrip("/").split("?", 1)[0])
         with self._lock:
             self.arrivals.append(name)
             nth = self._seen.get(name, 0)
@@ -118,7 +120,7 @@ class Upstream:
             time.sleep(mode["delay"])
         if mode.get("slow") and nth == 0:
             time.sleep(mode["slow"])
-        if name not in self.files or mode.get("status"):
+        if name not in self.files or (mode.get("status") and nth < mode.get("times", nth + 1)):
             status = mode.get("status", 404)
             self._record(name, req, status)
             req.send_response(status)

@@ -23,6 +23,8 @@ from typing import Dict, Iterator
 
 import pytest
 
+from prefetch_server import Upstream, simple_page
+
 REPO = Path(__file__).resolve().parent.parent
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 VERSION = "1.0.0+standin"
@@ -143,9 +145,10 @@ def test_the_role_installs_torch_from_its_hashed_lock(tmp_path: Path, env: Path,
 def test_another_file_under_the_same_version_is_refused(tmp_path: Path, env: Path, index: Path) -> None:
     write_lock(index, tmp_path / "locks")
     standin_wheel(index / "torch" / f"torch-{VERSION}-py3-none-any.whl", HOSTILE)  # the mirror now serves this
-    proc = run_role(tmp_path, env, index, tmp_path / "locks")
+    proc = run_role(tmp_path, env, index, tmp_path / "locks", "-e", "pip_install_retry_delay=0")
     assert proc.returncode != 0
     assert "does not match the sha256" in proc.stdout, proc.stdout
+    assert "RETRYING" not in proc.stdout, "a sha256 mismatch is no network failure: pip must not run again"
     assert installed_torch(env) == "", "pip installed the file the lock does not list"
 
 
@@ -171,3 +174,33 @@ def test_allow_unhashed_installs_without_a_lock_and_says_so(tmp_path: Path, env:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checking no file against a sha256" in proc.stdout
     assert installed_torch(env) == VERSION
+
+
+def served_index(index: Path, modes: Dict[str, Dict[str, int]]) -> Upstream:
+    """``index`` over HTTP, as a mirror serves it; ``modes`` as Upstream takes them."""
+    wheel = f"torch-{VERSION}-py3-none-any.whl"
+    files = {"simple/torch/": simple_page({wheel: None}),
+             f"files/{wheel}": (index / "torch" / wheel).read_bytes()}
+    return Upstream(files, {"simple/torch/": {"type": "text/html"}, **modes})
+
+
+@pytest.mark.parametrize("attempts", [2, 1])
+def test_an_install_that_failed_on_the_network_runs_again(tmp_path: Path, env: Path, index: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, attempts: int) -> None:
+    """The mirror answers 503 to the wheel's first request: a second try installs it, unless
+    pip_install_attempts=1 (the control: without the retry the same mirror fails the play)."""
+    write_lock(index, tmp_path / "locks")
+    monkeypatch.setenv("PIP_RETRIES", "0")  # pip's own retries would hide the 503 from the role
+    wheel = f"files/torch-{VERSION}-py3-none-any.whl"
+    with served_index(index, {wheel: {"status": 503, "times": 1}}) as server:
+        proc = run_role(tmp_path, env, index, tmp_path / "locks", "-e", f"torch_index_url={server.url}/simple/",
+                        "-e", f"pip_install_attempts={attempts}", "-e", "pip_install_retry_delay=0")
+        statuses = [status for _, _, status in server.requests_for(wheel)]
+    if attempts == 2:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert statuses == [503, 200], statuses
+        assert installed_torch(env) == VERSION
+    else:
+        assert proc.returncode != 0 and statuses == [503], statuses
+        assert "503" in proc.stdout, proc.stdout
+        assert installed_torch(env) == ""
