@@ -93,8 +93,17 @@ KIND_ROLLOUT_N = "hf_rollout_n"
 # values, as many kernels as chunks. Gated: listed where the engine workers train.
 KIND_LOGSUMEXP = "logsumexp_rows"
 LOGSUMEXP_CHUNK = 512
-KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N, KIND_LOGSUMEXP)
-GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP})
+# verl 0.9's V1 trainer takes a step's responses from its replay buffer, which
+# looks for them every `poll_interval` seconds: a constructor default (2.0) that
+# verl's configuration does not reach. A generation that ends just past a
+# multiple of 2 s is counted as the next one: up to 2 s lost a step, about 1 s
+# on average. The rewrite makes the default REPLAY_POLL_S (a poll is one small
+# call to TransferQueue's controller). Gated: listed where the V1 trainer runs.
+KIND_REPLAY_POLL = "replay_poll"
+REPLAY_POLL_PARAM = "poll_interval"
+REPLAY_POLL_S = 0.1
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL)
+GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL})
 KIND_COMPAT = "compat_module"
 
 PENDING = "pending"
@@ -123,7 +132,7 @@ TEMP_PREFIX = ".verl_patch."  # temporary files beside their target; stray ones 
 # once after the last one), so tests can kill a real run at every write in turn.
 FAULT_ENV = "VERL_PATCH_FAULT_AT_WRITE"
 NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
-TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences", "logsumexp")
+TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences", "logsumexp", REPLAY_POLL_PARAM)
 BERT_MODULE = "flash_attn.bert_padding"
 MARKER = "# verl-pascal:"
 
@@ -747,7 +756,42 @@ def find_logsumexp_rows(ctx: ScanContext) -> List[FoundSite]:
     return found
 
 
-FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n, find_logsumexp_rows)
+REPLAY_POLL_NOTE = "  %s polls every %ss, not every %%s" % (MARKER, REPLAY_POLL_S)
+
+
+def _poll_defaults(func: ast.AST) -> List[ast.Constant]:
+    """The numeric default of ``func``'s parameter named REPLAY_POLL_PARAM, if it has one."""
+    args = func.args  # type: ignore[attr-defined]
+    positional = args.posonlyargs + args.args
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    return [d for a, d in pairs if a.arg == REPLAY_POLL_PARAM and isinstance(d, ast.Constant)
+            and isinstance(d.value, (int, float)) and not isinstance(d.value, bool)]
+
+
+def find_replay_poll(ctx: ScanContext) -> List[FoundSite]:
+    """``def __init__(..., poll_interval: float = 2.0, ...)`` -> REPLAY_POLL_S (gated)."""
+    if KIND_REPLAY_POLL not in ctx.gated:
+        return []
+    found: List[FoundSite] = []
+    for func in ctx.by_type.get(ast.FunctionDef, []) + ctx.by_type.get(ast.AsyncFunctionDef, []):
+        for default in _poll_defaults(func):
+            line = ctx.src.line_text(src_line(default))
+            if default.value == REPLAY_POLL_S and MARKER in line:
+                found.append(FoundSite(KIND_REPLAY_POLL, PATCHED, default))
+            elif ctx.attn is None:
+                found.append(FoundSite(KIND_REPLAY_POLL, KEPT, default))
+            else:
+                start, end = ctx.src.span(default)
+                line_end = ctx.src.offset(src_line(default), 0) + len(line)
+                found.append(FoundSite(KIND_REPLAY_POLL, PENDING, default, [
+                    Edit(start, end, repr(REPLAY_POLL_S)),
+                    Edit(line_end, line_end, REPLAY_POLL_NOTE % ctx.src.segment(default))]))
+    return found
+
+
+FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n, find_logsumexp_rows,
+           find_replay_poll)
 
 
 def src_line(node: ast.AST) -> int:

@@ -36,6 +36,7 @@ from module_utils.verl_patch import (
     KIND_AUTOCAST,
     KIND_BERT,
     KIND_LOGSUMEXP,
+    KIND_REPLAY_POLL,
     KIND_ROLLOUT_N,
     PATCHED,
     PENDING,
@@ -61,14 +62,14 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
-    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1},
-    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1},
-    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
-    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
-    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1, KIND_LOGSUMEXP: 0},
-    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
-    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
-    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0},
+    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 1},
+    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 0},
+    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
     "0.9.1": [
@@ -306,6 +307,33 @@ def test_engine_log_probs_take_rows_in_chunks_with_the_same_values(real_tree: Pa
                 for v, t in RELEASES.items()}
     assert not [s for s in make_plan(str(pristine), "pascal", "sdpa", releases=unlisted).sites
                 if s.kind == KIND_LOGSUMEXP]
+
+
+def _poll_default(tree: Path) -> Any:
+    """The default of ReplayBuffer.__init__'s poll_interval in ``tree``, as Python evaluates it."""
+    text = (tree / "verl" / "trainer" / "ppo" / "v1" / "replay_buffer.py").read_text()
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "ReplayBuffer")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    names = [a.arg for a in init.args.args]
+    return ast.literal_eval(init.args.defaults[names.index("poll_interval") - len(names)])
+
+
+@pytest.mark.parametrize("real_tree", ["0.9.1"], indirect=True)
+def test_the_v1_replay_buffer_polls_every_tenth_of_a_second(real_tree: Path, tmp_path: Path) -> None:
+    """verl 0.9.1's V1 trainer collects a step's responses from a replay buffer that looked every 2 s (a
+    default its configuration does not reach): generation was counted in 2 s steps. Patched: 0.1 s, once."""
+    pristine = tmp_path / "pristine"
+    shutil.copytree(str(real_tree), str(pristine))
+    assert _poll_default(pristine) == 2.0
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert _poll_default(real_tree) == verl_patch.REPLAY_POLL_S == 0.1
+    again = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert [s.state for s in again.sites if s.kind == KIND_REPLAY_POLL] == [PATCHED]
+    # Not listed for a release, the default is left as released.
+    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_REPLAY_POLL} for f, kinds in t.items()}
+                for v, t in RELEASES.items()}
+    assert not [s for s in make_plan(str(pristine), "pascal", "sdpa", releases=unlisted).sites
+                if s.kind == KIND_REPLAY_POLL]
 
 
 def _calls_text(text: str) -> List[str]:
@@ -546,7 +574,7 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
     assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py"}
     assert plan.warnings and "not supported" in plan.warnings[0]
@@ -627,10 +655,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()
