@@ -25,6 +25,7 @@ the run failed. Times are the host GPU's; memory carries over to a P40.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,8 @@ import tarfile
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
+
+from bench import procs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,12 +164,17 @@ def summaries(report: str) -> Dict[str, Any]:
 
 
 class SmiSampler:
-    """Peak GPU memory per process as nvidia-smi sees it (CUDA context included)."""
+    """Peak GPU memory per process as nvidia-smi sees it (CUDA context included).
 
-    def __init__(self, every_s: float = 2.0) -> None:
+    ``peaks``: the processes of the run in ``work``; ``others``: any other process
+    on the GPU meanwhile (then the run did not have the GPU to itself)."""
+
+    def __init__(self, work: str, every_s: float = 2.0) -> None:
         import threading
 
+        self.work = work
         self.peaks: Dict[str, int] = {}
+        self.others: Dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, args=(every_s,), daemon=True)
 
@@ -174,10 +182,18 @@ class SmiSampler:
         while not self._stop.wait(every_s):
             out = sh(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                      capture_output=True).stdout
-            for line in out.splitlines():
-                pid, _, mib = line.partition(",")
-                if mib.strip().isdigit():
-                    self.peaks[pid.strip()] = max(self.peaks.get(pid.strip(), 0), int(mib))
+            self.record(out)
+
+    def record(self, out: str) -> None:
+        """One nvidia-smi sample (``pid, MiB`` lines); a pid is judged ours or not when first seen."""
+        for line in out.splitlines():
+            pid, _, mib = (part.strip() for part in line.partition(","))
+            if not (pid.isdigit() and mib.isdigit()):
+                continue
+            if pid not in self.peaks and pid not in self.others:
+                (self.peaks if procs.is_marked(int(pid), self.work) else self.others)[pid] = 0
+            into = self.peaks if pid in self.peaks else self.others
+            into[pid] = max(into[pid], int(mib))
 
     def __enter__(self) -> "SmiSampler":
         self._thread.start()
@@ -188,8 +204,8 @@ class SmiSampler:
         self._thread.join()
 
 
-def p40_env(report: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
-    """The environment of a run under P40 rules: the guard's sitecustomize first, the patched verl tree."""
+def p40_env(work: str, report: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
+    """The environment of a run in ``work`` under P40 rules: the guard's sitecustomize first, the patched verl tree."""
     shutil.rmtree(report, ignore_errors=True)
     return {
         **os.environ,
@@ -200,6 +216,8 @@ def p40_env(report: str, src: str, memory_gib: float, guard: bool) -> Dict[str, 
         "P40_RULES_REPORT_DIR": report,
         "P40_RULES_GUARD": "1" if guard else "0",
         "RAY_DEDUP_LOGS": "0",
+        # Every process of the run carries it (bench/procs.py): none outlives the bench.
+        procs.MARK: work,
         # A Ray cluster of its own (runs may share a host); short: socket paths are limited.
         "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp"),
     }
@@ -223,13 +241,27 @@ def run_overrides(args: argparse.Namespace) -> List[str]:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
+    # No process of an earlier run in this work directory trains beside this one, and none of this
+    # one outlives the bench, whatever stops it (bench/procs.py).
+    with procs.reaped(os.path.abspath(args.work)) as leftovers:
+        result = measured(args)
+    result["killed_leftovers"] = leftovers
+    if result["other_gpu_processes_mib"]:
+        print(f"bench: the GPU was not this run's alone: other processes on it (pid: MiB) "
+              f"{result['other_gpu_processes_mib']}", file=sys.stderr)
+    return result
+
+
+def measured(args: argparse.Namespace) -> Dict[str, Any]:
     work, src, script = prepare(args)
     report = os.path.join(work, "p40-rules")
-    env = p40_env(report, src, args.memory_gib, not args.no_guard)
+    env = p40_env(work, report, src, args.memory_gib, not args.no_guard)
     extra = run_overrides(args)
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
-    with SmiSampler() as smi, open(log_path, "w") as log_file:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(log_path)  # a new file: nothing else can still be writing into it
+    with SmiSampler(work) as smi, open(log_path, "w") as log_file:
         # The GPU host's only user is root; the script refuses root without this.
         proc = subprocess.Popen([script, "--allow-root", "--algo", args.algo, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -261,17 +293,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "critic_score_mean": [round(s.get("critic/score/mean", float("nan")), 3) for s in steps],
         "max_allocated_gb_per_step": [s.get("perf/max_memory_allocated_gb") for s in steps],
         "max_reserved_gb_per_step": [s.get("perf/max_memory_reserved_gb") for s in steps],
-        "nvidia_smi_peak_mib": own_peaks(smi.peaks, report), "error": error, "returncode": returncode,
+        "nvidia_smi_peak_mib": smi.peaks, "other_gpu_processes_mib": smi.others, "error": error, "returncode": returncode,
         "log": log_path, **summaries(report),
     }
-
-
-def own_peaks(peaks: Dict[str, int], report: str) -> Dict[str, int]:
-    """nvidia-smi peaks of this run's processes (those that wrote a summary), when known."""
-    from verl_pascal.p40_rules.guard import summaries_in
-
-    pids = {str(s["pid"]) for s in summaries_in(report)}
-    return {pid: mib for pid, mib in peaks.items() if pid in pids} if pids else peaks
 
 
 def parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench import ppo_p40_rules as base
+from bench import procs
 
 TRACKER = os.path.join("checkpoints", "latest_checkpointed_iteration.txt")
 SHOWN = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "timing_s/step", "timing_s/save_checkpoint",
@@ -114,11 +115,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--runs-tmpfs-mib", type=int, default=0, help="run directories on a tmpfs this size (root)")
     p.set_defaults(save_freq=2, steps=6)
     args = p.parse_args(argv)
+    # No run of an earlier bench in this work directory beside this one; none of this one after it.
+    with procs.reaped(os.path.abspath(args.work)):
+        return proof(args)
+
+
+def proof(args: argparse.Namespace) -> int:
     work, src, script = base.prepare(args)
     runs = os.path.join(work, "runs")
     if args.runs_tmpfs_mib:
         mount_tmpfs(runs, args.runs_tmpfs_mib)
-    env = base.p40_env(os.path.join(work, "p40-rules"), src, args.memory_gib, not args.no_guard)
+    env = base.p40_env(work, os.path.join(work, "p40-rules"), src, args.memory_gib, not args.no_guard)
     log = os.path.join(work, "resume-proof.log")
     first = start(script, ["--algo", args.algo, *base.run_overrides(args)], env, log)
     # With a small disk the run dies on its own (the save fails); else it is killed after --kill-after steps.

@@ -40,9 +40,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def ppo(tmp_path: Path, *extra: str) -> tuple[int, Dict[str, Any]]:
-    cmd: List[str] = [sys.executable, str(REPO / "bench" / "ppo_p40_rules.py"), "--verl-sdist", SDIST,
+    cmd: List[str] = [sys.executable, "-m", "bench.ppo_p40_rules", "--verl-sdist", SDIST,
                       "--work", str(tmp_path), "--shape", "tiny", "--steps", "3", "--timeout", "900", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=REPO)
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -1,0 +1,135 @@
+"""A benchmark's run never outlives its bench (bench/procs.py), with real processes.
+
+The failure these guard against happened on a GPU machine: a bench killed by
+its job's timeout left its run (started in a session of its own) training, and
+the next bench in the same work directory measured two runs at once and read
+the other's log lines as its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+
+from bench import procs
+from bench.ppo_p40_rules import SmiSampler
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def spawned() -> Iterator[List[subprocess.Popen]]:
+    """Processes a test starts; whatever is left of them is killed afterwards."""
+    started: List[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _run_tree(work: str, started: List[subprocess.Popen]) -> subprocess.Popen:
+    """A stand-in for a launch script: a shell in a session of its own with a child, marked with ``work``."""
+    env: Dict[str, str] = {**os.environ, procs.MARK: work}
+    proc = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], env=env, start_new_session=True)
+    started.append(proc)
+    assert _wait_for(lambda: len(procs.marked(work)) == 2), "the shell and its child carry the mark"
+    return proc
+
+
+def _bench(tmp_path: Path, work: str, reaped: bool) -> subprocess.Popen:
+    """A stand-in for a bench: starts a marked run in its own session and waits on it, as ppo_p40_rules does."""
+    script = tmp_path / "bench_standin.py"
+    script.write_text(textwrap.dedent(f"""
+        import contextlib, os, subprocess, sys
+        from bench import procs
+        work = {work!r}
+        guard = procs.reaped(work) if {reaped!r} else contextlib.nullcontext()
+        with guard:
+            proc = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], env={{**os.environ, procs.MARK: work}},
+                                    start_new_session=True)
+            print(proc.pid, flush=True)
+            proc.wait()
+    """))
+    return subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_next_run_kills_what_a_killed_bench_left_running(tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    work, other = str(tmp_path / "work"), str(tmp_path / "other-work")
+    left = _run_tree(work, spawned)
+    tree = procs.marked(work)
+    elsewhere = _run_tree(other, spawned)
+    with procs.reaped(work) as killed:
+        assert killed == tree
+        assert not any(procs.alive(pid) for pid in tree), "the orphaned shell and its child are gone"
+        assert procs.marked(work) == []
+    left.wait(timeout=10)
+    assert elsewhere.poll() is None, "a run in another work directory is not touched"
+    assert len(procs.marked(other)) == 2
+
+
+def test_sigterm_to_the_bench_ends_its_run(tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    work = str(tmp_path / "work")
+    bench = _bench(tmp_path, work, reaped=True)
+    spawned.append(bench)
+    assert bench.stdout is not None
+    run_pid = int(bench.stdout.readline())
+    assert _wait_for(lambda: len(procs.marked(work)) == 2)
+    bench.send_signal(signal.SIGTERM)
+    assert bench.wait(timeout=20) == 128 + signal.SIGTERM
+    assert not procs.alive(run_pid)
+    assert procs.marked(work) == []
+
+
+def test_control_without_reaping_a_killed_bench_leaves_its_run_training(
+        tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    """What happened before: the run lives on after its bench (so the test above can fail)."""
+    work = str(tmp_path / "work")
+    bench = _bench(tmp_path, work, reaped=False)
+    spawned.append(bench)
+    assert bench.stdout is not None
+    run_pid = int(bench.stdout.readline())
+    bench.send_signal(signal.SIGTERM)
+    bench.wait(timeout=20)
+    time.sleep(0.5)
+    assert procs.alive(run_pid), "the run outlived its bench"
+    assert len(procs.kill_marked(work)) == 2
+
+
+def test_the_sampler_tells_this_runs_gpu_processes_from_others(tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    work = str(tmp_path / "work")
+    _run_tree(work, spawned)
+    ours = procs.marked(work)[0]
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    spawned.append(stranger)
+    sampler = SmiSampler(work)
+    sampler.record(f"{ours}, 1200\n{stranger.pid}, 900\nNo running processes found\n")
+    sampler.record(f"{ours}, 1800\n{stranger.pid}, 700\n")
+    assert sampler.peaks == {str(ours): 1800}
+    assert sampler.others == {str(stranger.pid): 900}
+
+
+def test_a_process_gone_or_unreadable_is_neither_marked_nor_alive() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert procs.environ_of(gone.pid) is None
+    assert not procs.is_marked(gone.pid, "/anywhere")
+    assert not procs.alive(gone.pid)
