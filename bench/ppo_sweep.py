@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 
 from bench import ppo_p40_rules  # noqa: E402
+from bench import procs  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--json-out", default="", help="also write every cell's result here")
     p.add_argument("--logs-dir", default="", help="copy every cell's log here")
     args = p.parse_args(argv)
+    # Every cell's run is marked with its work directory, under --work: none outlives the sweep.
+    with procs.reaped(os.path.abspath(args.work)):
+        return sweep(args)
 
+
+def sweep(args: argparse.Namespace) -> int:
     start = time.time()
     os.makedirs(args.work, exist_ok=True)
     model_dir = ppo_p40_rules.prepare_model(args.work, args.shape)

@@ -10,7 +10,7 @@ run's log lines and memory summaries as its own.
 So every process of a run carries ``MARK=<work directory>`` in its environment
 (verl's Ray workers inherit it, as they inherit the P40 rules), and:
 
-- ``reaped(work)`` kills what an earlier run in ``work`` left before this one
+- ``reaped(work)`` kills what an earlier run in (or under) ``work`` left before this one
   starts, and everything of this run when it ends, however it ends (SIGTERM and
   SIGHUP are turned into an exit, so that the ``finally`` runs);
 - ``is_marked(pid, work)`` tells this run's GPU processes from anyone else's.
@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 from typing import Dict, Iterator, List, Optional
@@ -46,12 +47,14 @@ def environ_of(pid: int, proc: str = PROC) -> Optional[Dict[str, str]]:
 
 
 def is_marked(pid: int, work: str, proc: str = PROC) -> bool:
+    """True for a process of a run in ``work`` or in a directory under it (a sweep's cells)."""
     env = environ_of(pid, proc)
-    return env is not None and env.get(MARK) == work
+    mark = None if env is None else env.get(MARK)
+    return mark is not None and (mark == work or mark.startswith(work.rstrip(os.sep) + os.sep))
 
 
 def marked(work: str, proc: str = PROC) -> List[int]:
-    """The live processes of runs in ``work`` (never this process)."""
+    """The live processes of runs in or under ``work`` (never this process)."""
     me = os.getpid()
     return sorted(int(name) for name in os.listdir(proc)
                   if name.isdigit() and int(name) != me and is_marked(int(name), work, proc))
@@ -68,7 +71,7 @@ def alive(pid: int, proc: str = PROC) -> bool:
 
 
 def kill_marked(work: str, wait_s: float = 10.0, proc: str = PROC) -> List[int]:
-    """SIGKILL the processes of runs in ``work`` and wait until they are gone; their pids."""
+    """SIGKILL the processes of runs in or under ``work`` and wait until they are gone; their pids."""
     pids = marked(work, proc)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -85,12 +88,17 @@ def _exit_on(signum: int, frame: Optional[FrameType]) -> None:
 
 @contextlib.contextmanager
 def reaped(work: str) -> Iterator[List[int]]:
-    """Within: no process of an earlier run in ``work``; after: none of this run. Yields the pids killed first."""
+    """Within: no process of an earlier run in or under ``work``; after: none of this run. Yields the pids killed first.
+
+    Signals can be caught only in the main thread: in another (a sweep's cells), the main
+    thread's own ``reaped`` of the directory above ends the runs on a signal."""
     left = kill_marked(work)
     if left:
         print(f"bench: killed {len(left)} processes an earlier run in {work} had left running: {left}",
               file=sys.stderr)
-    previous = {sig: signal.signal(sig, _exit_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGHUP) if main else ()
+    previous = {sig: signal.signal(sig, _exit_on) for sig in signals}
     try:
         yield left
     finally:

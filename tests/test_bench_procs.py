@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List
@@ -133,3 +134,27 @@ def test_a_process_gone_or_unreadable_is_neither_marked_nor_alive() -> None:
     assert procs.environ_of(gone.pid) is None
     assert not procs.is_marked(gone.pid, "/anywhere")
     assert not procs.alive(gone.pid)
+
+
+def test_a_sweep_reaps_its_cells_and_a_cell_reaps_from_any_thread(
+        tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    """A sweep's cells run in threads, each marked with its own directory under the sweep's."""
+    sweep = tmp_path / "sweep"
+    _run_tree(str(sweep / "b8-sdpa-offload"), spawned)
+    sibling = _run_tree(str(tmp_path / "sweep-other"), spawned)
+    errors: List[BaseException] = []
+
+    def cell() -> None:
+        try:
+            with procs.reaped(str(sweep / "b8-sdpa")) as killed:
+                assert killed == [], "a cell's directory is not a prefix of its neighbour's"
+        except BaseException as exc:  # noqa: BLE001 - reported to the test's thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=cell)
+    thread.start()
+    thread.join()
+    assert errors == []
+    with procs.reaped(str(sweep)) as killed:
+        assert len(killed) == 2, "the sweep's directory covers its cells"
+    assert sibling.poll() is None and len(procs.marked(str(tmp_path / "sweep-other"))) == 2
