@@ -204,8 +204,14 @@ class SmiSampler:
         self._thread.join()
 
 
-def p40_env(work: str, report: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
+def report_dir(work: str) -> str:
+    """Where the P40 rules of a run in ``work`` write their summaries and violations."""
+    return os.path.join(work, "p40-rules")
+
+
+def p40_env(work: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
     """The environment of a run in ``work`` under P40 rules: the guard's sitecustomize first, the patched verl tree."""
+    report = report_dir(work)
     shutil.rmtree(report, ignore_errors=True)
     return {
         **os.environ,
@@ -254,8 +260,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def measured(args: argparse.Namespace) -> Dict[str, Any]:
     work, src, script = prepare(args)
-    report = os.path.join(work, "p40-rules")
-    env = p40_env(work, report, src, args.memory_gib, not args.no_guard)
+    report = report_dir(work)
+    env = p40_env(work, src, args.memory_gib, not args.no_guard)
     extra = run_overrides(args)
     start = time.time()
     log_path = os.path.join(work, "last-run.log")

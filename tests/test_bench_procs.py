@@ -87,15 +87,17 @@ def test_the_next_run_kills_what_a_killed_bench_left_running(tmp_path: Path, spa
     assert len(procs.marked(other)) == 2
 
 
-def test_sigterm_to_the_bench_ends_its_run(tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_to_the_bench_ends_its_run(sig: int, tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
+    """The run is in a session of its own: Ctrl-C in the bench's terminal does not reach it either."""
     work = str(tmp_path / "work")
     bench = _bench(tmp_path, work, reaped=True)
     spawned.append(bench)
     assert bench.stdout is not None
     run_pid = int(bench.stdout.readline())
     assert _wait_for(lambda: len(procs.marked(work)) == 2)
-    bench.send_signal(signal.SIGTERM)
-    assert bench.wait(timeout=20) == 128 + signal.SIGTERM
+    bench.send_signal(sig)
+    assert bench.wait(timeout=20) == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGINT)
     assert not procs.alive(run_pid)
     assert procs.marked(work) == []
 
