@@ -36,14 +36,16 @@ def _wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-unty
 
 
 @pytest.fixture
-def spawned() -> Iterator[List[subprocess.Popen]]:
-    """Processes a test starts; whatever is left of them is killed afterwards."""
+def spawned(tmp_path: Path) -> Iterator[List[subprocess.Popen]]:
+    """Processes a test starts, each in a session of its own; whatever is left of them, and of the runs
+    marked under the test's directory, is killed afterwards."""
     started: List[subprocess.Popen] = []
     yield started
     for proc in started:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    procs.kill_marked(str(tmp_path))
 
 
 def _run_tree(work: str, started: List[subprocess.Popen]) -> subprocess.Popen:
@@ -69,8 +71,11 @@ def _bench(tmp_path: Path, work: str, reaped: bool) -> subprocess.Popen:
             print(proc.pid, flush=True)
             proc.wait()
     """))
+    # SIGINT as in a terminal's foreground job: a job started in the background (as CI's may be)
+    # inherits it ignored, and Python then installs no KeyboardInterrupt for it.
     return subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_the_next_run_kills_what_a_killed_bench_left_running(tmp_path: Path, spawned: List[subprocess.Popen]) -> None:
