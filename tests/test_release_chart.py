@@ -24,7 +24,7 @@ def test_the_table_has_a_row_per_measured_run_with_its_numbers(tmp_path) -> None
     table = release_chart.markdown(release_chart.load(runs(tmp_path, [ROW, {**ROW, "verl": "9.9.8"}])))
     lines = table.splitlines()
     assert len(lines) == 4
-    assert lines[2].startswith("| 9.9.9 | 2026-01-01 | H100 | 7 of 10 | 12.35 (30.00) | 812 | 14.00 GiB | 16.50 GiB | 18000 MiB")
+    assert lines[2].startswith("| 1 | 9.9.9 | 2026-01-01 | H100 | 7 of 10 | 12.35 (30.00) | 812 | 14.00 GiB | 16.50 GiB | 18000 MiB")
 
 
 def test_the_chart_is_a_png_drawn_without_a_display(tmp_path, monkeypatch) -> None:
@@ -33,6 +33,20 @@ def test_the_chart_is_a_png_drawn_without_a_display(tmp_path, monkeypatch) -> No
     out = tmp_path / "chart.png"
     assert release_chart.main(["--data", runs(tmp_path, [ROW]), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_runs_alike_in_release_day_gpu_and_steps_get_a_bar_each_named_by_their_row() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = release_chart.figure({"shape_runs": [ROW, {**ROW, "s_per_step_median": 20.0}], "tiny_runs": []})
+    try:
+        steps = fig.axes[0]
+        assert sorted(round(bar.get_height(), 3) for bar in steps.patches) == [12.345, 20.0]
+        assert len({bar.get_x() for bar in steps.patches}) == 2  # side by side, not one drawn over the other
+        assert [label.get_text().split()[0] for label in steps.get_xticklabels()] == ["#1", "#2"]
+    finally:
+        plt.close(fig)
 
 
 def test_the_committed_runs_name_their_date_gpu_and_stack() -> None:
