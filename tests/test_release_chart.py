@@ -52,3 +52,8 @@ def test_runs_alike_in_release_day_gpu_and_steps_get_a_bar_each_named_by_their_r
 def test_the_committed_runs_name_their_date_gpu_and_stack() -> None:
     data = release_chart.load()
     assert data["shape_runs"] and all(r["date"] and r["stack"] and r["gpu"] for r in data["shape_runs"])
+
+
+def test_the_table_in_the_benchmarks_page_is_the_one_the_committed_runs_give() -> None:
+    page = open(f"{release_chart.REPO}/docs/benchmarks.md").read()
+    assert release_chart.markdown(release_chart.load()) in page, "run: python3 -m bench.release_chart --markdown"
