@@ -286,7 +286,7 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
     elif returncode != 0 or len(steps) < args.steps:
         tail = [l for l in log.splitlines() if re.search(r"\w+(Error|Exception)\b:|P40 rule|Killed|timed out", l)]
         error = (tail[-1] if tail else f"exit status {returncode}: " + (log.splitlines()[-1] if log else "no output"))[:400]
-    step_s = [s.get("timing_s/step") for s in steps if "timing_s/step" in s]
+    step_s = [s["timing_s/step"] for s in steps if "timing_s/step" in s]
     gen_tokens = [s.get("response_length/mean", 0) * responses_per_step(args) / s["timing_s/gen"]
                   for s in steps if s.get("timing_s/gen")]
     return {
