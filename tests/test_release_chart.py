@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,5 +56,5 @@ def test_the_committed_runs_name_their_date_gpu_and_stack() -> None:
 
 
 def test_the_table_in_the_benchmarks_page_is_the_one_the_committed_runs_give() -> None:
-    page = open(f"{release_chart.REPO}/docs/benchmarks.md").read()
+    page = Path(release_chart.REPO, "docs", "benchmarks.md").read_text()
     assert release_chart.markdown(release_chart.load()) in page, "run: python3 -m bench.release_chart --markdown"
