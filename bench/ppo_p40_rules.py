@@ -37,7 +37,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from bench import procs
+from bench import host_memory, procs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,7 +156,7 @@ def parse_steps(log: str) -> List[Dict[str, float]]:
 def summaries(report: str) -> Dict[str, Any]:
     from verl_pascal.p40_rules.guard import summaries_in, violations_in
 
-    procs = [{k: round(s[k], 2) if isinstance(s[k], float) else s[k] for k in ("pid", "max_allocated_gib", "max_reserved_gib")}
+    procs = [{k: round(s[k], 2) if isinstance(s[k], float) else s[k] for k in ("pid", "max_allocated_gib", "max_reserved_gib", "pinned_allocated_gib", "pinned_reserved_gib", "pinned_active_gib") if k in s}
              for s in summaries_in(report) if s.get("max_allocated_gib") is not None]
     violations = list(violations_in(report))
     return {"gpu_processes": procs, "violations": len(violations),
@@ -267,7 +267,7 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
     log_path = os.path.join(work, "last-run.log")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(log_path)  # a new file: nothing else can still be writing into it
-    with SmiSampler(work) as smi, open(log_path, "w") as log_file:
+    with SmiSampler(work) as smi, host_memory.HostSampler(work) as host, open(log_path, "w") as log_file:
         # The GPU host's only user is root; the script refuses root without this.
         proc = subprocess.Popen([script, "--allow-root", "--algo", args.algo, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -299,6 +299,7 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
         "critic_score_mean": [round(s.get("critic/score/mean", float("nan")), 3) for s in steps],
         "max_allocated_gb_per_step": [s.get("perf/max_memory_allocated_gb") for s in steps],
         "max_reserved_gb_per_step": [s.get("perf/max_memory_reserved_gb") for s in steps],
+        "host_memory": host.report(),
         "nvidia_smi_peak_mib": smi.peaks, "other_gpu_processes_mib": smi.others, "error": error, "returncode": returncode,
         "log": log_path, **summaries(report),
     }

@@ -223,11 +223,20 @@ def apply_cuda_rules(settings: Settings) -> None:
 def _peak_memory() -> Dict[str, Any]:
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
-    return {
+    peaks: Dict[str, Any] = {
         "max_allocated_gib": torch.cuda.max_memory_allocated() / 1024**3,
         "max_reserved_gib": torch.cuda.max_memory_reserved() / 1024**3,
         "device": torch.cuda.get_device_name(),
     }
+    # Pinned host memory (offloaded parameters and optimizer states): PyTorch's caching host
+    # allocator rounds each block up to a power of two and keeps freed blocks (torch >= 2.7).
+    # The names vary by release: the bytes held (rounded) and those handed out, at peak.
+    host_stats = getattr(torch.cuda, "host_memory_stats", None)
+    stats = host_stats() if host_stats is not None else {}
+    for name in ("allocated_bytes", "reserved_bytes", "active_bytes"):
+        if f"{name}.peak" in stats:
+            peaks[f"pinned_{name.split('_')[0]}_gib"] = stats[f"{name}.peak"] / 1024**3
+    return peaks
 
 
 _ACTIVE: Optional[P40RulesMode] = None
