@@ -38,8 +38,38 @@ def release_keys(overrides: Union[str, List[str]], release: Mapping[str, Any]) -
     return [release_key(str(o), renames) for o in overrides]
 
 
+#: How many of each helper process a run needs, by what it serves: one per GPU (each GPU has its own
+#: rollout server, which an agent-loop worker feeds), one per node, or none (the trainer loads a
+#: step's prompts itself: tokenizing them takes milliseconds beside a step of seconds to minutes).
+HOST_PROCESS_COUNTS = {
+    "agent_loop_workers": "gpu",
+    "reward_workers": "node",
+    "transfer_queue_units": "node",
+    "dataloader_workers": "none",
+}
+
+
+def host_process_count(process: str, cluster: Mapping[str, Any]) -> int:
+    """How many ``process`` a run on ``cluster`` (nnodes, n_gpus_per_node) needs."""
+    per = HOST_PROCESS_COUNTS[process]
+    nodes = int(cluster.get("nnodes", 1))
+    return {"gpu": nodes * int(cluster.get("n_gpus_per_node", 1)), "node": nodes, "none": 0}[per]
+
+
+def host_processes(release: Mapping[str, Any], cluster: Mapping[str, Any]) -> List[str]:
+    """The Hydra overrides that size ``release``'s helper processes for ``cluster``, in the folder's order.
+
+    ``++`` sets a key the release has and adds one it reads with a default but does not list (0.4.x's
+    ``data.dataloader_num_workers``)."""
+    wanted = dict((release or {}).get("host_processes") or {})
+    unknown = sorted(set(wanted) - set(HOST_PROCESS_COUNTS))
+    if unknown:
+        raise ValueError(f"host_processes names {', '.join(unknown)}: known are {', '.join(HOST_PROCESS_COUNTS)}")
+    return [f"++{key}={host_process_count(process, cluster)}" for process, key in wanted.items()]
+
+
 class FilterModule:
     """Ansible's entry point for this file's filters."""
 
     def filters(self) -> Dict[str, Any]:
-        return {"release_keys": release_keys}
+        return {"release_keys": release_keys, "host_processes": host_processes}

@@ -111,6 +111,8 @@ def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str
                            "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
                            "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
                            "-e", f"verl_version={version}",
+                           # preflight's plan of a box of its own: a cluster of one node with one GPU
+                           "-e", json.dumps({"fleet": {"nnodes": 1, "n_gpus_per_node": 1}}),
                            "-e", f"ansible_python_interpreter={sys.executable}"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

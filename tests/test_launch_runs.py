@@ -324,3 +324,60 @@ def test_grpo_sizes_from_every_preset_fit_verls_batch_rules(tmp_path: Path, memo
     micro = value["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
     assert value["actor_rollout_ref.rollout.n"] == n
     assert train % mini == 0 and (mini * n) % micro == 0, value
+
+
+# ---------------------------------------------------------------- host memory
+
+HUGE = 10 ** 9  # MiB: no box has a petabyte available
+
+
+def test_a_run_the_box_has_too_little_memory_for_is_refused_before_anything_starts(box: Path, env: Path) -> None:
+    script = script_in(box, env, launch_host_memory_need_mib={"ppo": HUGE, "grpo": 1})
+    proc = run_with(script, {})
+    assert proc.returncode == 2
+    assert "a PPO run needs about" in proc.stderr and "GiB of host memory at its peak" in proc.stderr
+    assert "or run --algo grpo" in proc.stderr and "--allow-low-memory starts it anyway" in proc.stderr
+    assert not (box / "runs").exists() or not list((box / "runs").iterdir())
+    assert not (env / "seen.jsonl").exists() or trainings(env) == []
+    # What fits runs: GRPO needs less here; and --allow-low-memory starts PPO all the same.
+    assert run_with(script, {}, "--algo", "grpo").returncode == 0
+    assert run_with(script, {}, "--allow-low-memory").returncode == 0
+    assert len(trainings(env)) == 2
+
+
+def test_dry_run_and_check_config_do_not_judge_memory(box: Path, env: Path) -> None:
+    script = script_in(box, env, launch_host_memory_need_mib={"ppo": HUGE, "grpo": HUGE})
+    assert run(script, "--dry-run").returncode == 0
+    assert run_with(script, {}, "--check-config").returncode == 0
+
+
+def test_a_release_not_measured_is_not_judged(box: Path, env: Path) -> None:
+    assert run_with(script_in(box, env, launch_host_memory_need_mib={}), {}).returncode == 0
+
+
+def test_a_resumed_run_is_judged_by_the_algorithm_it_started_with(box: Path, env: Path) -> None:
+    fits = script_in(box, env)
+    assert run_with(fits, {"STANDIN_KILL_AFTER": "3"}, "--algo", "grpo", "trainer.save_freq=2").returncode != 0
+    # The same box now holds a GRPO run but not a PPO one: the GRPO run resumes.
+    tight = script_in(box, env, launch_host_memory_need_mib={"ppo": HUGE, "grpo": 1})
+    resumed = run_with(tight, {}, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    # And a PPO run is refused on resume as on its start.
+    huge = script_in(box, env, launch_host_memory_need_mib={"ppo": HUGE, "grpo": HUGE})
+    refused = run_with(huge, {}, "--resume")
+    assert refused.returncode == 2 and "a GRPO run needs about" in refused.stderr
+
+
+def test_the_estimate_reaches_the_script_for_a_measured_release(tmp_path: Path) -> None:
+    """Rendered outside Ansible as preflight's module estimates it: 0.9.1 is measured, 0.8.0 is not."""
+    from test_launch_template import BASE
+
+    from verl_pascal.launch import render as launch_render
+
+    values = {k: v for k, v in BASE.items() if k != "launch_host_memory_need_mib"}
+    measured = launch_render.render({**values, "verl_version": "0.9.1"})
+    line = next(l for l in measured.splitlines() if l.startswith("declare -A host_memory_need_mib="))
+    needs = dict(part.strip("[").split("]=") for part in line.split("=(", 1)[1].rstrip(")").split())
+    assert set(needs) == {"ppo", "grpo"} and int(needs["ppo"]) > int(needs["grpo"]) > 16 * 1024
+    unmeasured = launch_render.render({**values, "verl_version": "0.8.0"})
+    assert "declare -A host_memory_need_mib=()" in unmeasured

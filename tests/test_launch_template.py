@@ -33,6 +33,8 @@ BASE = {
     "launch_param_offload": "False",
     "launch_actor_param_offload": "False",
     "launch_optimizer_offload": "True",
+    # No host-memory check (this machine has less than the reference job needs): its own tests set it.
+    "launch_host_memory_need_mib": {},
 }
 
 
@@ -180,6 +182,7 @@ def test_verl_runs_with_the_training_environment_and_nothing_of_a_cluster_on_a_b
     assert seen["HYDRA_FULL_ERROR"] == "1"
     assert seen["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
     assert seen["CUDA_HOME"] == "/usr/local/cuda-11.8"
+    assert seen["RAY_prestart_worker_first_driver"] == "0"  # no idle worker per core, read by Ray's raylet
     assert not {"NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "RAY_ADDRESS"} & set(seen)
     assert "trainer.nnodes=1" in dry_run_args(script) and "trainer.n_gpus_per_node=1" in dry_run_args(script)
 
@@ -377,3 +380,32 @@ def test_verls_own_hf_rollout_keeps_the_actor_on_the_gpu(tmp_path: Path) -> None
     assert "actor_rollout_ref.actor.fsdp_config.param_offload=False" in argv
     assert "actor_rollout_ref.ref.fsdp_config.param_offload=True" in argv
     assert not [a for a in argv if a.endswith(".fsdp_config.dtype=fp32")]
+
+
+@pytest.mark.parametrize("cluster, gpus, nodes", [
+    ({"managed": False, "hosts": ["p40-box"], "head": "p40-box", "nnodes": 1, "n_gpus_per_node": 1}, 1, 1),
+    ({"managed": False, "hosts": ["p40-box"], "head": "p40-box", "nnodes": 1, "n_gpus_per_node": 4}, 4, 1),
+    (CLUSTER, 3, 3),
+])
+def test_verls_helper_processes_are_sized_for_the_cluster_not_a_large_server(
+        tmp_path: Path, cluster: dict, gpus: int, nodes: int) -> None:
+    """verl 0.9.1 starts 8 agent-loop workers, 8 reward workers, 8 TransferQueue storage units and 8
+    DataLoader workers by default; the script asks for one agent-loop worker per GPU, one reward worker
+    and one storage unit per node, and no DataLoader worker."""
+    argv = dry_run_args(render(tmp_path, verl_version="0.9.1", launch_cluster=cluster))
+    assert f"++actor_rollout_ref.rollout.agent.num_workers={gpus}" in argv
+    assert f"++reward.num_workers={nodes}" in argv
+    assert f"++transfer_queue.backend.SimpleStorage.num_data_storage_units={nodes}" in argv
+    assert "++data.dataloader_num_workers=0" in argv
+    # Each is set once: nothing of verl's default 8 is left to another spelling of the key.
+    assert len([a for a in argv if "num_workers=" in a or "num_data_storage_units=" in a]) == 4
+
+
+@pytest.mark.parametrize("version, keys", [
+    ("0.5.0", {"data.dataloader_num_workers"}),
+    ("0.8.0", {"data.dataloader_num_workers", "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers"}),
+    ("0.3.0.post1", set()),  # hard-codes its DataLoader workers: no key to set
+])
+def test_each_release_gets_the_sizing_keys_its_folder_names(tmp_path: Path, version: str, keys: set) -> None:
+    argv = dry_run_args(render(tmp_path, verl_version=version))
+    assert {a.split("=")[0].lstrip("+") for a in argv if a.startswith("++") and "num_" in a} == keys

@@ -40,7 +40,8 @@ PLAYBOOK = """
                       'count': ansible_facts['nvidia_gpu_count'],
                       'cap': ansible_facts['nvidia_min_compute_cap'],
                       'source': ansible_facts['nvidia_compute_cap_source'],
-                      'cuda': ansible_facts['nvidia_driver_cuda_check']} | to_json }}"
+                      'cuda': ansible_facts['nvidia_driver_cuda_check'],
+                      'host_memory': preflight_host_memory} | to_json }}"
       check_mode: false
 """
 
@@ -104,6 +105,9 @@ def run_preflight(tmp_path: Path, *extra: str, check: bool = False,
         "-e", f"out={out}",
         "-e", f"ansible_python_interpreter={sys.executable}",
         "-e", f"pytorch_lock_dir={torch_locks or standin_torch_lock(tmp_path)}",
+        # A model of a million parameters: this machine has less memory than the 0.5B reference job
+        # needs (the host-memory tests below set their own).
+        "-e", "model_parameters=1000000",
         *extra,
     ]
     if check:
@@ -332,3 +336,44 @@ def test_a_supported_release_on_its_stack_passes(tmp_path: Path) -> None:
     proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "verl_version=0.9.1")
     assert proc.returncode == 0, proc.stdout
     assert facts["profile"] == "pascal"
+
+
+def test_a_box_without_the_memory_for_the_run_stops_with_what_fits(tmp_path: Path) -> None:
+    """A model of a trillion parameters: no box here holds its offloaded copies."""
+    answer = fake_nvidia_smi(tmp_path, "p40.csv")
+    for check in (False, True):
+        (tmp_path / str(check)).mkdir()
+        proc, facts = run_preflight(tmp_path / str(check), "-e", smi(answer),
+                                    "-e", "model_parameters=1000000000000", check=check)
+        assert proc.returncode != 0 and not facts
+        assert "localhost has" in proc.stdout and "needs about" in proc.stdout
+        assert "preflight_host_memory_check: false" in proc.stdout
+        assert "Check free disk space" not in proc.stdout  # it stops there, before the rest
+
+
+def test_the_host_memory_check_can_be_turned_off_and_still_reports_the_need(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")),
+                                "-e", "model_parameters=1000000000000", "-e", "preflight_host_memory_check=false")
+    assert proc.returncode == 0, proc.stdout
+    need = facts["host_memory"]["need_mib"]
+    assert need["ppo"] > need["grpo"] > facts["host_memory"]["total_mib"]
+
+
+def test_the_estimate_follows_the_release_and_the_preset_for_the_gpu(tmp_path: Path) -> None:
+    """The smaller presets offload the actor's parameters too, where the rollout allows it: verl 0.9.1's
+    (the project's server) does, verl 0.5.0's own HF rollout does not."""
+    need = {}
+    for answer in ("p40.csv", "p100.csv"):  # 24 GB: the 24 GB preset; 16 GB: the 15000 MiB one
+        (tmp_path / answer).mkdir()
+        smi_path = fake_nvidia_smi(tmp_path / answer, answer)
+        for version in ("0.5.0", "0.9.1"):
+            (tmp_path / answer / version).mkdir()
+            proc, facts = run_preflight(tmp_path / answer / version, "-e", smi(smi_path),
+                                        "-e", f"verl_version={version}", "-e", "model_parameters=1000000000",
+                                        "-e", "preflight_host_memory_check=false")
+            assert proc.returncode == 0, proc.stdout
+            need[version, answer] = facts["host_memory"]["need_mib"]["ppo"]
+    copy_mib = 1_000_000_000 * 4 * (2.50 / 1.84) / 1024 ** 2
+    assert need["0.9.1", "p40.csv"] - need["0.5.0", "p40.csv"] == pytest.approx((16.9 - 12.3) * 1024, abs=2)
+    assert need["0.9.1", "p100.csv"] - need["0.9.1", "p40.csv"] == pytest.approx(copy_mib, abs=2)
+    assert need["0.5.0", "p100.csv"] == need["0.5.0", "p40.csv"]

@@ -102,3 +102,17 @@ def test_the_pascal_settings_land_where_each_release_reads_them(extracted: Calla
             assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.dtype") == "fp32", version
             assert OmegaConf.select(cfg, "actor_rollout_ref.rollout.mode") == "async", version
             assert OmegaConf.select(cfg, "actor_rollout_ref.actor.fsdp_config.use_torch_compile") is False, version
+
+
+@pytest.mark.parametrize("version", [v for v in LOCKED if verl_releases.read(v).get("host_processes")])
+def test_every_helper_process_key_is_one_the_release_reads(version: str, extracted: Callable[[str], Path]) -> None:
+    """The launch script sets a release's helper-process counts with ``++`` (0.4.x reads
+    data.dataloader_num_workers with a default and does not list it), which would also add a key that
+    nothing reads: each key must be in the release's own configuration, or read by name in its trainer."""
+    tree = extracted(version)
+    defaults = composed(tree, [])
+    trainer = "\n".join(p.read_text(errors="replace") for p in (tree / "verl" / "trainer").rglob("*.py"))
+    for process, key in verl_releases.read(version)["host_processes"].items():
+        listed = OmegaConf.select(defaults, key) is not None
+        read = f'"{key.rsplit(".", 1)[-1]}"' in trainer
+        assert listed or read, f"{version}: {process} -> {key} is neither in its config nor read by its trainer"

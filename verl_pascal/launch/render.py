@@ -93,7 +93,27 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
         values.setdefault(f"launch_{key}", preset.get(key, values[PRESET_VARIABLES[ppo]]))
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
     values.setdefault("verl_releases", {v: verl_releases.read(v) for v in verl_releases.versions()})
+    if "launch_host_memory_need_mib" not in overrides:  # preflight's estimate, as its module makes it
+        values["launch_host_memory_need_mib"] = host_memory_needs(values)
     return values
+
+
+def host_memory_needs(values: Mapping[str, Any]) -> Dict[str, int]:
+    """The host memory a run needs at its peak, MiB by algorithm, as preflight's host_memory_check
+    estimates it ({} for a release without a measured figure)."""
+    from verl_pascal.module_utils import host_memory
+
+    version = str(values["verl_version"])
+    releases = host_memory.measured_releases(values["verl_releases"])
+    if releases.get(version) is None:
+        return {}
+    rollout_owner = (values["verl_releases"].get(version) or {}).get("hf_rollout", "verl")
+    offload = host_memory.Offload(ansible_bool(values["launch_param_offload"]),
+                                  ansible_bool(values["launch_actor_param_offload"]) and rollout_owner != "verl",
+                                  ansible_bool(values["launch_optimizer_offload"]))
+    return {algo: round(host_memory.need_gib(float(releases[version] or 0), int(values["model_parameters"]),
+                                             offload, algo) * host_memory.GIB / host_memory.MIB)
+            for algo in host_memory.ALGOS}
 
 
 def project_filters() -> Dict[str, Any]:
