@@ -234,6 +234,98 @@ def test_cli_names_the_row_of_a_null_in_a_parquet(tmp_path: Path) -> None:
     assert proc.stderr.startswith(f"gsm8k-to-verl: {source}: row 1: question is null"), proc.stderr
 
 
+def _earlier_output(tmp_path: Path) -> tuple:
+    """An output directory that a good run filled, and its files' bytes."""
+    out = tmp_path / "o"
+    assert run_cli("--generate", "3", "--out", str(out)).returncode == 0
+    return out, {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def _assert_refused_in_one_line(proc: subprocess.CompletedProcess, start: str, out: Path, before: dict) -> None:
+    """Exit 2, one line on stderr that starts with `start`, no traceback, the earlier output untouched
+    and no temporary file beside it."""
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {start}"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    (rb'{"question": "\ud800", "answer": "#### 1"}',
+     r"question holds a lone surrogate (\ud800) at character 0, which is not valid Unicode: fix or remove"),
+    (rb'{"question": "q", "answer": "#### 1 \udfff"}', r"answer holds a lone surrogate (\udfff) at character 7"),
+], ids=["question", "answer"])
+def test_cli_names_the_line_of_a_lone_surrogate(tmp_path: Path, line: bytes, message: str) -> None:
+    pytest.importorskip("pyarrow")
+    out, before = _earlier_output(tmp_path)
+    good = _jsonl(tmp_path / "good.jsonl", GOOD)
+    bad = _jsonl(tmp_path / "bad.jsonl", GOOD, line)
+    proc = run_cli("--train-file", str(good), "--test-file", str(bad), "--out", str(out))
+    _assert_refused_in_one_line(proc, f"{bad}:2: {message}", out, before)
+
+
+def test_an_escaped_surrogate_pair_is_text_and_a_lone_one_is_refused() -> None:
+    pair = json.loads(r'{"question": "smile \ud83d\ude00", "answer": "#### 1"}')
+    assert gsm8k.convert([pair], "train")[0]["extra_info"]["question"] == "smile \N{GRINNING FACE}"
+    for lone in ("\ud83d", "\ude00", "\ude00\ud83d"):
+        with pytest.raises(gsm8k.DataError, match=r"^row 0: question holds a lone surrogate"):
+            gsm8k.convert([{"question": lone, "answer": "#### 1"}], "train")
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("line", [
+    b"[" * DEEP + b"]" * DEEP,
+    b'{"a": ' * DEEP + b"1" + b"}" * DEEP,
+    b'{"question": "q", "answer": "#### 1", "meta": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+], ids=["arrays", "objects", "in-an-extra-field"])
+def test_cli_names_the_line_of_deeply_nested_json(tmp_path: Path, line: bytes) -> None:
+    pytest.importorskip("pyarrow")
+    out, before = _earlier_output(tmp_path)
+    good = _jsonl(tmp_path / "good.jsonl", GOOD)
+    bad = _jsonl(tmp_path / "bad.jsonl", GOOD, line)
+    proc = run_cli("--train-file", str(good), "--test-file", str(bad), "--out", str(out))
+    _assert_refused_in_one_line(proc, f"{bad}:2: JSON nested deeper than {gsm8k.MAX_DEPTH} levels", out, before)
+
+
+def test_nesting_up_to_the_limit_and_brackets_in_text_are_read(tmp_path: Path) -> None:
+    def row(meta: bytes, question: str = "q") -> bytes:
+        return b'{"question": ' + json.dumps(question).encode() + b', "answer": "#### 1", "meta": ' + meta + b"}"
+
+    limit = gsm8k.MAX_DEPTH - 1  # the row object is one level
+    text = "[{" * DEEP + '"\\'  # brackets, a quote and a backslash in text
+    ok = _jsonl(tmp_path / "ok.jsonl", row(b"[" * limit + b"]" * limit, text), row(b"1", text))
+    assert [r["question"] for _, r in gsm8k.read_rows(str(ok))] == [text, text]
+    deep = _jsonl(tmp_path / "deep.jsonl", row(b"[" * (limit + 1) + b"]" * (limit + 1)))
+    with pytest.raises(gsm8k.DataError, match=f":1: JSON nested deeper than {gsm8k.MAX_DEPTH} levels"):
+        list(gsm8k.read_rows(str(deep)))
+
+
+def test_cli_names_the_line_of_a_number_too_long_to_read(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    out, before = _earlier_output(tmp_path)
+    good = _jsonl(tmp_path / "good.jsonl", GOOD)
+    bad = _jsonl(tmp_path / "bad.jsonl", GOOD, b'{"question": "q", "answer": "#### 1", "id": ' + b"7" * 5000 + b"}")
+    proc = run_cli("--train-file", str(good), "--test-file", str(bad), "--out", str(out))
+    _assert_refused_in_one_line(proc, f"{bad}:2: a number of 5000 digits, too long to read", out, before)
+
+
+def test_cli_names_the_row_of_text_in_a_parquet_that_is_not_utf8(tmp_path: Path) -> None:
+    """A parquet string column can hold bytes that are not UTF-8 (another writer, or a surrogate
+    written as CESU-8); pyarrow only finds out when it reads the rows."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    out, before = _earlier_output(tmp_path)
+    questions = pa.array([b"q", b"q", "caf\N{LATIN SMALL LETTER E WITH ACUTE}".encode("latin-1")]).view(pa.string())
+    source = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"question": questions, "answer": ["#### 1"] * 3}), source)
+    good = _jsonl(tmp_path / "train.jsonl", GOOD)
+    proc = run_cli("--train-file", str(good), "--test-file", str(source), "--out", str(out))
+    _assert_refused_in_one_line(proc, f"{source}: row 2: question is not UTF-8 text (byte 0xe9 at byte 4)", out, before)
+
+
 def test_cli_refuses_an_empty_split_and_writes_nothing(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     good = _jsonl(tmp_path / "train.jsonl", GOOD)

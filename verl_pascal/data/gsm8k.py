@@ -30,6 +30,15 @@ INSTRUCTION = ' Let\'s think step by step and output the final answer after "###
 _ANSWER_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 #: Mode of the written parquet files: the training user and the rest may read them.
 OUTPUT_MODE = 0o644
+#: Deepest JSON nesting read from a line; a GSM8K row is one flat object. Checked before
+#: parsing, since Python's json would hit the interpreter's recursion limit on deep input.
+MAX_DEPTH = 100
+#: Longest integer read from a line: Python's default limit, kept where the environment lifts it.
+MAX_INT_DIGITS = 4300
+# A JSON string (its closing quote optional, so an unterminated one ends the line without
+# backtracking) or a bracket; brackets inside strings are not nesting.
+_JSON_TOKEN_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 
 #: (where, row): a row and the place it came from, for error messages.
 Located = Tuple[str, Any]
@@ -68,7 +77,18 @@ def text_field(row: Any, name: str) -> str:
         raise DataError(f"{name} is null")
     if not isinstance(value, str):
         raise DataError(f"{name} is {type(value).__name__}, not text: {value!r}")
+    check_unicode(name, value)
     return value
+
+
+def check_unicode(name: str, text: str) -> None:
+    """DataError when text holds a lone surrogate (JSON's "\\ud800" escape, unpaired): no UTF-8 file can hold it."""
+    match = _SURROGATE_RE.search(text)
+    if match is not None:
+        raise DataError(
+            f"{name} holds a lone surrogate (\\u{ord(match.group()):04x}) at character {match.start()}, "
+            "which is not valid Unicode: fix or remove that row"
+        )
 
 
 def numbered(rows: Iterable[Any], label: str = "") -> Iterator[Located]:
@@ -96,26 +116,76 @@ def convert(rows: Iterable[Any], split: str, limit: Optional[int] = None) -> Lis
     return convert_located(numbered(rows), split, limit)
 
 
+def nesting_depth(text: str, stop: int) -> int:
+    """How deep JSON arrays and objects nest in text (brackets inside strings do not count);
+    counting stops once it passes ``stop``."""
+    depth = deepest = 0
+    for token in _JSON_TOKEN_RE.finditer(text):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > stop:
+                break
+        elif bracket in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+def check_depth(line: str) -> None:
+    """DataError when the JSON in line nests deeper than MAX_DEPTH."""
+    if line.count("[") + line.count("{") <= MAX_DEPTH:  # it cannot nest deeper than it has brackets
+        return
+    if nesting_depth(line, MAX_DEPTH) > MAX_DEPTH:
+        raise DataError(f"JSON nested deeper than {MAX_DEPTH} levels (a GSM8K row is one flat object): "
+                        "fix or remove that line")
+
+
+def _parse_int(digits: str) -> int:
+    """A JSON integer; DataError for one too long to read."""
+    length = len(digits.lstrip("-"))
+    try:
+        if length <= MAX_INT_DIGITS:
+            return int(digits)
+    except ValueError:  # the interpreter's own limit, when set lower
+        pass
+    raise DataError(f"a number of {length} digits, too long to read: fix or remove that line")
+
+
+def decode_line(raw: bytes) -> str:
+    """A line of a JSON-lines file as text; DataError when it is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); convert the file to UTF-8"
+        ) from exc
+
+
+def parse_row(line: str) -> Dict[str, Any]:
+    """The JSON object on a line; DataError for anything else."""
+    check_depth(line)
+    try:
+        row = json.loads(line, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not JSON: {exc}") from exc
+    if not isinstance(row, dict):
+        raise DataError(f"not a JSON object but {type(row).__name__} (one object per line)")
+    return row
+
+
 def read_jsonl(path: str) -> Iterator[Located]:
     """Rows of a JSON-lines file, each located as "path:line"; blank lines are skipped."""
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             where = f"{path}:{number}"
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(
-                    f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                    "convert the file to UTF-8"
-                ) from exc
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not JSON: {exc}") from exc
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: not a JSON object but {type(row).__name__} (one object per line)")
+                line = decode_line(raw)
+                if not line.strip():
+                    continue
+                row = parse_row(line)
+            except DataError as exc:
+                raise DataError(f"{where}: {exc}") from exc
             yield where, row
 
 
@@ -128,7 +198,24 @@ def read_parquet(path: str) -> Iterator[Located]:
         table = pq.read_table(path)
     except pa.ArrowException as exc:
         raise DataError(f"{path}: not a parquet file ({exc})") from exc
-    yield from numbered(table.to_pylist(), f"{path}:")
+    try:
+        rows = table.to_pylist()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: {_bad_text_cell(table, exc)}") from exc
+    yield from numbered(rows, f"{path}:")
+
+
+def _bad_text_cell(table: Any, error: UnicodeDecodeError) -> str:
+    """Which row and column of a parquet table hold text that is not UTF-8 (pyarrow only finds out
+    when it turns the table into Python rows), for the message."""
+    for index in range(table.num_rows):
+        for name in table.column_names:
+            try:
+                table.column(name)[index].as_py()
+            except UnicodeDecodeError as exc:
+                return (f"row {index}: {name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                        f"at byte {exc.start + 1}): fix or remove that row")
+    return f"text that is not UTF-8 ({error}): write the file's text as UTF-8"
 
 
 def read_rows(path: str) -> Iterator[Located]:
