@@ -5,7 +5,10 @@ step as ``step:N - key:value - key:value``, every value through
 ``pprint.pformat``: plain numbers, or numpy scalars such as
 ``np.float64(0.25)`` under numpy 2. Ray prefixes what its workers print
 (``(TaskRunner pid=123) step:1 - ...``), and a resumed run appends to the
-same log, so a step can appear twice: the later line wins.
+same log, so a step can appear twice: the later line wins. A value verl
+logged as ``nan``, ``inf`` or ``-inf`` (``np.float64(nan)`` under numpy 2)
+is kept as that float: a run that diverged reads as one, not as a run
+without the metric.
 """
 
 from __future__ import annotations
@@ -80,8 +83,20 @@ def read(path: str) -> List[Step]:
         return parse_lines(handle)
 
 
+def values(steps: List[Step], key: str) -> "tuple[list[float], list[float]]":
+    """(steps, values) of every record that has ``key``, nan and inf included: what the log says."""
+    xs: List[float] = []
+    ys: List[float] = []
+    for record in steps:
+        value = record.get(key)
+        if value is not None:
+            xs.append(record["step"])
+            ys.append(value)
+    return xs, ys
+
+
 def series(steps: List[Step], key: str) -> "tuple[list[float], list[float]]":
-    """(steps, values) of the records that have ``key`` with a finite value."""
+    """(steps, values) of the records that have ``key`` with a finite value (what a chart's line can draw)."""
     xs: List[float] = []
     ys: List[float] = []
     for record in steps:
