@@ -10,7 +10,7 @@ from typing import Any, Dict
 import pytest
 
 
-from verl_pascal.prefetch import hashlock  # noqa: E402
+from verl_pascal.prefetch import hashlock, pipwheels  # noqa: E402
 
 
 def item(name: str, version: str, url: str, requested: bool = False, **archive: Any) -> Dict[str, Any]:
@@ -27,6 +27,21 @@ def test_each_pin_gets_the_hash_the_report_gives_and_comes_sorted_by_normalized_
         "torch==2.6.0+cu118 \\", f"    --hash=sha256:{'a' * 64}", "    # requested",
         "typing-extensions==4.12.2 \\", f"    --hash=sha256:{'b' * 64}",
     ]
+
+
+def test_the_lock_it_writes_is_one_verl_pascal_prefetch_pip_lock_takes(tmp_path: Path) -> None:
+    """--pip-lock refuses a pin without --hash=sha256 (and names this tool): what this tool writes must pass."""
+    report = {"install": [
+        item("torch", "2.6.0+cu118", "https://i/torch.whl", requested=True, hashes={"sha256": "a" * 64}),
+        item("ninja", "1.13.2", "https://i/n.whl", hashes={"sha256": "c" * 64}),
+    ]}
+    lock = tmp_path / "lock.txt"
+    lock.write_text("# header\n" + "\n".join(hashlock.lock_lines(report, lambda n, v: {"d" * 64})) + "\n")
+    assert pipwheels.unhashed_pin(lock.read_text()) is None
+    pipwheels.check_lock(lock)
+    lock.write_text(lock.read_text() + "numpy==2.0.0\n")
+    with pytest.raises(pipwheels.PipLockError, match="numpy==2.0.0 has no --hash=sha256"):
+        pipwheels.check_lock(lock)
 
 
 def test_every_file_the_index_lists_for_the_version_is_added() -> None:

@@ -466,11 +466,35 @@ def test_disk_full_names_the_file_the_space_and_deletes_its_part(env, capsys: py
     assert names == ["beta.tar.xz"]
 
 
+def one_entry(**values: object) -> str:
+    """manifest.json with one entry: a valid one for alpha.run, with ``values`` changed."""
+    entry = {"name": "alpha.run", "url": "http://h/alpha.run", "size": 1, "sha256": "a" * 64}
+    entry.update(values)
+    return json.dumps({"format": 1, "files": [entry]})
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
 @pytest.mark.parametrize("text, problem", [
     ('{"format": 1, "files": [{"name": "alpha.run", "url": "x", "si', "it is not valid JSON"),
     ('[{"name": "alpha.run"}]', "it holds a JSON list, not an object"),
     ('{"format": 1, "files": [{"name": "alpha.run", "url": "x", "size": 1}]}', "files entry 1 (alpha.run) lacks sha256"),
-], ids=["truncated", "list", "entry-without-sha256"])
+    ('{"format": 1, "files": ' + nested(200_000) + "}", "it is nested more than 32 levels deep"),
+    (one_entry(note=json.loads(nested(600))), "it is nested more than 32 levels deep"),
+    (one_entry(name=5), "files entry 1 (5) has a name that is a JSON int, not a string"),
+    (one_entry(size="1"), "files entry 1 (alpha.run) has a size that is not a number of bytes ('1')"),
+    (one_entry(sha256='"><script>'), "files entry 1 (alpha.run) has a sha256 that is not 64 lowercase hex digits"),
+    (one_entry(url=["x"]), "files entry 1 (alpha.run) has a url that is a JSON list, not a string"),
+    (one_entry(key={"k": 1}), "files entry 1 (alpha.run) has a key that is a JSON dict, not a string"),
+    (one_entry(name="/etc/hostname"), "files entry 1 (/etc/hostname) is an absolute path"),
+    (one_entry(name="../../etc/hostname"), "files entry 1 (../../etc/hostname) has an empty, '.' or '..' component"),
+    (one_entry(name="simple/./x.whl"), "files entry 1 (simple/./x.whl) has an empty, '.' or '..' component"),
+    (one_entry(name="a\nb"), "files entry 1 ('a\\nb') has a name with a control character or a backslash"),
+], ids=["truncated", "list", "entry-without-sha256", "200000-deep", "600-deep-in-an-entry", "name-not-a-string",
+        "size-a-string", "sha256-not-hex", "url-a-list", "key-an-object", "absolute-name", "dotdot-name",
+        "dot-name", "name-with-a-newline-shown-on-one-line"])
 def test_damaged_manifest_says_what_to_do(env, capsys: pytest.CaptureFixture, text: str, problem: str) -> None:
     files, server, lock, mirror = env
     mirror.mkdir()
@@ -480,11 +504,79 @@ def test_damaged_manifest_says_what_to_do(env, capsys: pytest.CaptureFixture, te
         assert code == 2, err
         assert f"{mirror / 'manifest.json'} is damaged: {problem}" in err
         assert "delete it and SHA256SUMS beside it, then run verl-pascal-prefetch --mirror" in err
-        assert "Traceback" not in err
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert server.log == []  # stopped before any download
     (mirror / "manifest.json").unlink()  # what the message says: the next run records the mirror again
     assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
     assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")[0] == 0
+
+
+def record_opens(monkeypatch: pytest.MonkeyPatch) -> List[Path]:
+    """Every file this process opens from now on (builtins.open and io.open), resolved."""
+    opened: List[Path] = []
+    real_open = io.open
+
+    def spy(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)):
+            opened.append(Path(file).resolve())
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", spy)
+    monkeypatch.setattr(io, "open", spy)
+    return opened
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "linked-folder", "linked-file"])
+def test_manifest_entry_outside_the_mirror_is_refused_and_never_opened(
+        env, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """An entry that reaches a file outside the mirror, with that file's true sha256 and size in the records."""
+    files, server, lock, mirror = env
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
+    elsewhere = mirror.parent / "elsewhere"
+    elsewhere.mkdir()
+    secret = elsewhere / "secret.whl"
+    secret.write_bytes(b"not the mirror's\n")
+    (mirror / "simple").mkdir()
+    (mirror / "simple" / "evil").symlink_to(elsewhere, target_is_directory=True)
+    name = {"dotdot": "../elsewhere/secret.whl", "absolute": str(secret), "linked-folder": "simple/evil/secret.whl",
+            "linked-file": "simple/secret.whl"}[case]
+    (mirror / "simple" / "secret.whl").symlink_to(secret)
+    manifest = json.loads((mirror / "manifest.json").read_text())
+    manifest["files"].append({"name": name, "url": "http://h/secret.whl", "size": secret.stat().st_size,
+                              "sha256": sha(secret.read_bytes()), "key": "pip:secret", "source": "pip"})
+    (mirror / "manifest.json").write_text(json.dumps(manifest))
+    with (mirror / "SHA256SUMS").open("a") as sums:
+        sums.write(f"{sha(secret.read_bytes())}  {name}\n")
+    requests = len(server.log)
+    opened = record_opens(monkeypatch)
+    for mode in (["--verify"], []):
+        code, out, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST, *mode)
+        assert code == 2, out + err
+        assert f"{mirror / 'manifest.json'} is " in err and f"files entry 3 ({name})" in err
+        if case.startswith("linked"):
+            assert f"leads outside the mirror through the symbolic link {mirror / 'simple'}/" in err
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert [p for p in opened if p.is_relative_to(elsewhere)] == []
+    assert len(server.log) == requests  # nothing downloaded either
+
+
+def test_verify_does_not_read_a_lock_file_linked_from_outside(env, capsys: pytest.CaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """alpha.run replaced by a link to a copy outside the mirror (and no longer recorded): FAIL, unread."""
+    files, server, lock, mirror = env
+    assert prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), *FAST)[0] == 0
+    copy = mirror.parent / "elsewhere.run"
+    copy.write_bytes(files["alpha.run"])
+    (mirror / "alpha.run").unlink()
+    (mirror / "alpha.run").symlink_to(copy)
+    manifest = json.loads((mirror / "manifest.json").read_text())
+    manifest["files"] = [e for e in manifest["files"] if e["name"] != "alpha.run"]
+    (mirror / "manifest.json").write_text(json.dumps(manifest))
+    opened = record_opens(monkeypatch)
+    code, _, err = prefetch(capsys, "--lock", str(lock), "--mirror", str(mirror), "--verify")
+    assert code == 1
+    assert f"FAIL alpha.run: leads outside the mirror through the symbolic link {mirror / 'alpha.run'}" in err
+    assert copy.resolve() not in opened
 
 
 class Lines:
@@ -772,8 +864,9 @@ def test_pip_lock_takes_each_lock_without_deps_and_sdists(tmp_path: Path, capsys
     new = make_wheel(links, "vp-demo", "2.0", ["vp-not-anywhere==9"])  # --no-deps: never looked up
     only_sdist = make_sdist(links, "vp-sdist-only", "0.3")
     lock_a, lock_b = tmp_path / "a.txt", tmp_path / "b.txt"
-    lock_a.write_text("# lock A\nvp-demo==1.0  # via x\n")
-    lock_b.write_text("vp-demo==2.0\nvp-sdist-only==0.3\n")
+    lock_a.write_text(f"# lock A\nvp-demo==1.0 --hash=sha256:{sha(old.read_bytes())}  # via x\n")
+    lock_b.write_text(f"vp-demo==2.0 \\\n    --hash=sha256:{sha(new.read_bytes())}\n"
+                      f"vp-sdist-only==0.3 --hash sha256:{sha(only_sdist.read_bytes())}\n")
     lock = tmp_path / "lock.yml"
     lock.write_text("---\npython_version: '3.11.2'\n")
     mirror = tmp_path / "mirror"
@@ -803,7 +896,7 @@ def test_pip_lock_download_fails_loudly(tmp_path: Path, capsys: pytest.CaptureFi
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     (tmp_path / "links").mkdir()
-    (tmp_path / "a.txt").write_text("vp-missing==1.0\n")
+    (tmp_path / "a.txt").write_text(f"vp-missing==1.0 --hash=sha256:{'0' * 64}\n")
     (tmp_path / "lock.yml").write_text("---\n")
     code, _, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(tmp_path / "m"),
                             "--no-progress", "--pip-lock", str(tmp_path / "a.txt"),
@@ -812,12 +905,111 @@ def test_pip_lock_download_fails_loudly(tmp_path: Path, capsys: pytest.CaptureFi
     assert not list((tmp_path / "m").glob("simple/*/*.whl"))
 
 
+def hostile_index(tmp_path: Path) -> Tuple[Dict[str, bytes], Path]:
+    """An index's files for Upstream: vp-hostile 1.0, an sdist whose setup.py leaves the marker it returns."""
+    marker = tmp_path / "setup-py-ran"
+    (tmp_path / "dist").mkdir()
+    bad = hostile_sdist(tmp_path / "dist", marker, "vp-hostile", "1.0")
+    return {f"files/{bad.name}": bad.read_bytes(), "simple/vp-hostile/": simple_page({bad.name: None})}, marker
+
+
+HOSTILE_PAGE = {"simple/vp-hostile/": {"type": "text/html"}}
+PIP_TO_INDEX = ("--pip-arg=--isolated", "--pip-arg=--no-build-isolation")  # setup.py would run with this Python
+
+
+def record_processes(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
+    """The command of every process started from now on (they still run)."""
+    started: List[List[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy(cmd, *args, **kwargs):
+        started.append([str(word) for word in cmd])
+        return real_popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    return started
+
+
+@pytest.mark.parametrize("text, number, requirement", [
+    ("vp-hostile==1.0\n", 1, "vp-hostile==1.0"),
+    (f"# a lock\nvp-demo==1.0 \\\n    --hash=sha256:{'0' * 64}\n    # via x\n"
+     f"vp-hostile==1.0  # --hash=sha256:{'1' * 64}\n", 5, "vp-hostile==1.0"),
+], ids=["nothing-hashed", "the-last-of-two-pins"])
+def test_pip_lock_with_a_pin_without_hash_is_refused_before_pip_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        text: str, number: int, requirement: str) -> None:
+    """Without the refusal, pip downloads the sdist and runs its setup.py to prepare its metadata."""
+    pytest.importorskip("setuptools")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    files, marker = hostile_index(tmp_path)
+    pins = tmp_path / "pins.txt"
+    pins.write_text(text)
+    (tmp_path / "lock.yml").write_text("---\n")
+    mirror = tmp_path / "mirror"
+    started = record_processes(monkeypatch)
+    with Upstream(files, HOSTILE_PAGE) as server:
+        code, out, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(mirror),
+                                  "--no-progress", "--pip-lock", str(pins), "--pip-index-url", f"{server.url}/simple/",
+                                  *PIP_TO_INDEX)
+    assert code == 2, out + err
+    assert err.splitlines() == [err.rstrip("\n")] and "Traceback" not in err
+    assert f"{pins}: line {number}: {requirement} has no --hash=sha256:..." in err
+    assert "write it with verl-pascal-pip-lock, or pip-compile --generate-hashes" in err
+    assert started == [] and server.arrivals == [] and not marker.exists() and not mirror.exists()
+
+
+def test_pip_downloads_a_lock_with_require_hashes(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second line of defence: a requirement that reaches pip without a hash (here from --pip-arg, beside a
+    lock that pins nothing) is refused by pip itself before it prepares the sdist."""
+    pytest.importorskip("setuptools")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    files, marker = hostile_index(tmp_path)
+    pins = tmp_path / "pins.txt"
+    pins.write_text("# every pin is elsewhere\n")
+    (tmp_path / "lock.yml").write_text("---\n")
+    mirror = tmp_path / "mirror"
+    with Upstream(files, HOSTILE_PAGE) as server:
+        code, out, err = prefetch(capsys, "--lock", str(tmp_path / "lock.yml"), "--mirror", str(mirror),
+                                  "--no-progress", "--pip-lock", str(pins), "--pip-index-url", f"{server.url}/simple/",
+                                  *PIP_TO_INDEX, "--pip-arg=vp-hostile==1.0")
+    assert code == 1 and "pip download failed" in err, out + err
+    assert not marker.exists()
+    assert not list(mirror.glob("simple/*/*.tar.gz"))
+
+
+@pytest.mark.parametrize("text, found", [
+    (f"a==1 --hash=sha256:{'0' * 64}\n--index-url https://i/simple\n-c constraints.txt\n", None),
+    (f"a==1 \\\n  --hash=sha256:{'0' * 64} \\\n  --hash=sha256:{'1' * 64}\n  # via b\n\n"
+     f"b==2 --hash sha256:{'2' * 64}\n", None),
+    (f"a==1  # --hash=sha256:{'0' * 64}\n", (1, "a==1")),  # a hash in a comment is no hash
+    (f"a==1 \\\n  # via b\n  --hash=sha256:{'0' * 64}\n", (1, "a==1")),  # pip ends the pin at the comment
+    (f"a==1 --hash=sha512:{'0' * 128}\n", (1, "a==1")),
+    ("a==1 --hash=sha256:0123\n", (1, "a==1")),
+    (f"a==1 --hash=sha256:{'0' * 64}\nb @ https://h/b-2.tar.gz\n", (2, "b @ https://h/b-2.tar.gz")),
+    ("-r more-pins.txt\n", (1, "-r more-pins.txt")),
+    ("--editable ./src\n", (1, "--editable ./src")),
+], ids=["hashed-with-options", "pip-compile-layout", "hash-in-a-comment", "comment-ends-the-pin", "sha512-only",
+        "short-hash", "url-without-hash", "include", "editable"])
+def test_the_pin_without_a_hash_is_found_as_pip_reads_the_lock(text: str, found: object) -> None:
+    assert pipwheels.unhashed_pin(text) == found
+
+
+def test_the_repositorys_locks_are_taken() -> None:
+    locks = sorted((REPO_ROOT / "verl_pascal" / "releases").glob("*/*.txt"))
+    assert locks
+    for lock in locks + [REPO_ROOT / "roles" / "conda" / "files" / "build-requirements.txt"]:
+        pipwheels.check_lock(lock)
+
+
 def test_pip_defaults_follow_the_lock() -> None:
     args = cli.build_parser().parse_args(["--pip-requirements", "r.txt", "--pip-platform", "linux_x86_64"])
     opts = cli.pip_options(args, Lock.from_paths())
     assert opts.python_version == "3.10" and opts.platforms == ["linux_x86_64"]
     cmd = pipwheels.pip_command(opts, Path("/tmp/d"))
     assert cmd[3:5] == ["download", "--dest"] and "--only-binary=:all:" in cmd
+    locked = pipwheels.pip_command(opts, Path("dest"), lock=Path("pins.txt"))
+    assert "--no-deps" in locked and "--require-hashes" in locked and "--only-binary=:all:" not in locked
     assert cmd[cmd.index("--python-version") + 1] == "3.10"
     assert "manylinux_2_17_x86_64" in pipwheels.default_platforms() and "linux_x86_64" in pipwheels.default_platforms()
     assert pipwheels.project_of("Foo.Bar-1.0-py3-none-any.whl") == "foo-bar"

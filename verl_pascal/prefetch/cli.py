@@ -2,7 +2,8 @@
 
 Exit status: 0 everything is in the mirror and verified; 1 a file failed
 (download, sha256, no space left on the disk) or --verify found a problem;
-2 bad usage, a lock error or a damaged manifest.json; 130 interrupted
+2 bad usage, a lock error, a --pip-lock with a pin without --hash=sha256, or
+a damaged manifest.json (or one naming a file outside the mirror); 130 interrupted
 (Ctrl-C): the files that finished are recorded, the .part files are kept and
 the same command resumes them.
 """
@@ -65,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="requirements file for `pip download` (repeatable)")
     pip.add_argument("--pip-lock", type=Path, action="append", default=[], metavar="FILE",
                      help="a complete lock (exact pins of every dependency, e.g. verl_pascal/releases/"
-                          "verl-0.5.0/py3.10-torch2.6.txt): pip download --no-deps, wheels for the target "
-                          "where a project has them, else its sdist (repeatable)")
+                          "verl-0.5.0/py3.10-torch2.6.txt) whose every pin has --hash=sha256:...: pip download "
+                          "--no-deps --require-hashes, wheels for the target where a project has them, else its "
+                          "sdist (repeatable)")
     pip.add_argument("--pip-python-version", metavar="X.Y",
                      help="the target env's Python (default: the lock's python_version, as X.Y)")
     pip.add_argument("--pip-platform", action="append", default=[], metavar="TAG",
@@ -344,6 +346,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    try:
+        for pip_lock in args.pip_lock:  # before anything else: no pip for a lock with a pin pip cannot check
+            pipwheels.check_lock(pip_lock)
+    except pipwheels.PipLockError as exc:
+        print(f"prefetch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         lock, selected, skipped = load_selection(args)
     except LockError as exc:

@@ -12,7 +12,11 @@ destination first, so pip does not download them again.
 A complete lock (``--pip-lock``: exact pins of every dependency, like the verl
 role's ``verl_pascal/releases/*``) is downloaded with ``--no-deps`` and
 without ``--only-binary``: wheels for the target where there are any, the
-sdist of a project that publishes none (``antlr4-python3-runtime``).
+sdist of a project that publishes none (``antlr4-python3-runtime``). pip
+prepares an sdist's metadata (runs its setup.py) once it has it, so every pin
+of such a lock must carry ``--hash=sha256:...``: ``check_lock`` refuses a lock
+with a pin without one before pip starts, and pip runs with
+``--require-hashes``, which checks each file before it opens it.
 
 ``find-links.html`` at the mirror's top is one flat page linking every file
 under simple/: ``pip install --no-index --find-links
@@ -35,7 +39,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .artifacts import Artifact
 from .fetch import sha256_file
@@ -45,6 +49,14 @@ FIND_LINKS = "find-links.html"
 _DOWNLOADING = re.compile(r"(?:Downloading|Processing|Collecting)\s+(\S+)")
 _REUSED = re.compile(r"File was already downloaded\s+(\S+)")
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
+_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's own (pip/_internal/req/req_file.py)
+_SHA256_VALUE = re.compile(r"sha256:[0-9a-fA-F]{64}")
+_ADDS_PINS = ("-r", "--requirement", "-e", "--editable")  # options that bring requirements this file lacks
+LOCK_ADVICE = "write it with verl-pascal-pip-lock, or pip-compile --generate-hashes"
+
+
+class PipLockError(Exception):
+    """A lock given to --pip-lock that pip must not be given."""
 
 
 def normalize(name: str) -> str:
@@ -91,7 +103,7 @@ def pip_command(opts: PipOptions, dest: Path, lock: Optional[Path] = None) -> Li
     Each lock is resolved on its own: two locks may pin different versions of one project.
     """
     cmd = [opts.python, "-m", "pip", "download", "--dest", str(dest),
-           "--no-deps" if lock else "--only-binary=:all:",
+           *(["--no-deps", "--require-hashes"] if lock else ["--only-binary=:all:"]),
            "--progress-bar", "on" if opts.progress else "off", "--disable-pip-version-check"]
     if opts.python_version:
         cmd += ["--python-version", opts.python_version]
@@ -101,6 +113,72 @@ def pip_command(opts: PipOptions, dest: Path, lock: Optional[Path] = None) -> Li
     for req in [lock] if lock else opts.requirements:
         cmd += ["-r", str(req)]
     return cmd + list(opts.extra_args)
+
+
+def logical_lines(text: str) -> Iterator[Tuple[int, str]]:
+    """A requirements file as pip reads it (its ``join_lines`` and ``ignore_comments``): (number of the
+    first line, text), with the lines a trailing backslash continues joined and comments dropped."""
+    start = 0  # the first line of a line a backslash continues
+    parts: List[str] = []  # its pieces
+    for number, line in enumerate(text.splitlines(), 1):
+        comment = bool(_COMMENT.match(line))
+        if line.endswith("\\") and not comment:
+            start = start if parts else number
+            parts.append(line.strip("\\"))
+            continue
+        first, joined = (start, "".join(parts) + (" " + line if comment else line)) if parts else (number, line)
+        parts = []
+        yield from _uncommented(first, joined)
+    yield from _uncommented(start, "".join(parts))
+
+
+def _uncommented(number: int, line: str) -> Iterator[Tuple[int, str]]:
+    stripped = _COMMENT.sub("", line).strip()
+    if stripped:
+        yield number, stripped
+
+
+def has_sha256(options: Sequence[str]) -> bool:
+    """Whether pip's per-requirement options carry a ``--hash=sha256:<64 hex>`` (or ``--hash sha256:...``)."""
+    for index, token in enumerate(options):
+        value = token[len("--hash="):] if token.startswith("--hash=") else (
+            options[index + 1] if token == "--hash" and index + 1 < len(options) else "")
+        if _SHA256_VALUE.fullmatch(value):
+            return True
+    return False
+
+
+def unhashed_pin(text: str) -> Optional[Tuple[int, str]]:
+    """(line number, requirement) of the first pin pip would take without a sha256 to check, or None.
+
+    As pip splits a line: the requirement runs up to the first word that starts with ``-``. A line of
+    options that brings in requirements (``-r FILE``, ``-e PATH``) counts as such a pin.
+    """
+    for number, line in logical_lines(text):
+        words = line.split()
+        if words[0].startswith("-"):
+            if any(words[0] == opt or words[0].startswith(opt + ("=" if opt.startswith("--") else ""))
+                   for opt in _ADDS_PINS):
+                return number, line
+            continue
+        cut = next((i for i, word in enumerate(words) if word.startswith("-")), len(words))
+        if not has_sha256(words[cut:]):
+            return number, " ".join(words[:cut])
+    return None
+
+
+def check_lock(lock: Path) -> None:
+    """PipLockError (one line: the file, the first pin without a sha256, what to do) unless every pin has one."""
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipLockError(f"cannot read the --pip-lock file {lock}: {getattr(exc, 'strerror', None) or exc}") from exc
+    found = unhashed_pin(text)
+    if found:
+        number, requirement = found
+        raise PipLockError(f"{lock}: line {number}: {requirement} has no --hash=sha256:...; --pip-lock takes only "
+                           f"a lock whose every pin carries the sha256 of its files (pip would otherwise run an "
+                           f"sdist's setup.py unchecked): {LOCK_ADVICE}")
 
 
 def index_options(opts: PipOptions) -> List[str]:
