@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -37,15 +38,26 @@ args = sys.argv[1:]
 with open(os.path.join(env, "seen.jsonl"), "a") as seen:
     seen.write(json.dumps({{"argv": args, "TENSORBOARD_DIR": os.environ.get("TENSORBOARD_DIR")}}) + "\\n")
 module = args[1] if args[:1] == ["-m"] else ""
+def hydra(value):  # an override's value as Hydra reads it: a quoted one without its quotes and escapes
+    if len(value) < 2 or value[0] not in "'\\"" or value[-1] != value[0]:
+        return value
+    out, slashes = "", ""
+    for c in value[1:-1]:
+        if c == "\\\\":
+            slashes += c
+            continue
+        out += (slashes[:len(slashes) // 2] if c == value[0] else slashes) + c
+        slashes = ""
+    return out + slashes[:len(slashes) // 2]
 if module == "verl_pascal.runconfig.compose":
     with open(args[2], "w") as composed:
         composed.write("actor_rollout_ref:\\n  rollout:\\n    name: hf\\n")
 elif module == "verl.trainer.main_ppo":
     ov = dict(a.split("=", 1) for a in args[2:] if "=" in a)
-    ckpts, freq = ov["trainer.default_local_dir"], int(ov["trainer.save_freq"])
+    ckpts, freq = hydra(ov["trainer.default_local_dir"]), int(ov["trainer.save_freq"])
     start = 0
     if ov.get("trainer.resume_mode") == "resume_path":
-        start = int(ov["trainer.resume_from_path"].rsplit("global_step_", 1)[1])
+        start = int(hydra(ov["trainer.resume_from_path"]).rsplit("global_step_", 1)[1])
     for step in range(start + 1, int(os.environ.get("STANDIN_STEPS", "6")) + 1):
         print("(TaskRunner pid=%d) step:%d - critic/score/mean:%s - timing_s/step:1.5" % (os.getpid(), step, step / 10),
               flush=True)
@@ -224,6 +236,111 @@ def test_resume_takes_the_run_named_or_the_one_checkpointed_last(box: Path, env:
                                        "trainer.total_epochs=2"]
     proc = run(script, "--dry-run", "--resume", str(newer))  # the resumed run checkpointed step 3 since
     assert shlex.split(proc.stdout)[-1] == f"trainer.resume_from_path={newer}/checkpoints/global_step_3"
+
+
+def test_a_bare_name_is_the_run_under_the_runs_dir_and_a_path_is_that_directory(box: Path, env: Path) -> None:
+    """A directory of the current directory named like a run does not stand in for the run."""
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=1").returncode == 0
+    (run_dir,) = (box / "runs").iterdir()
+    here = box / "here"  # the current directory: a copy of the run under the same name, checkpointed at step 1
+    copy = here / run_dir.name
+    shutil.copytree(run_dir, copy)
+    (copy / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("1")
+    shutil.copytree(run_dir, here / "elsewhere")
+
+    def resume(operand: str, cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), "--dry-run", "--resume", operand], capture_output=True, text=True,
+                              timeout=60, cwd=cwd)
+
+    def resumed_from(operand: str, cwd: Path) -> str:
+        proc = resume(operand, cwd)
+        assert proc.returncode == 0, proc.stderr
+        return shlex.split(proc.stdout)[-1]
+
+    assert resumed_from(run_dir.name, here) == f"trainer.resume_from_path={run_dir}/checkpoints/global_step_2"
+    for operand, cwd in ((f"./{run_dir.name}", here), (f"here/{run_dir.name}", box), (str(copy), Path("/"))):
+        assert resumed_from(operand, cwd) == f"trainer.resume_from_path={copy}/checkpoints/global_step_1", operand
+    proc = resume("elsewhere", here)  # a bare name is looked for under the runs dir only
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"verl-ppo: no run elsewhere under {box}/runs"
+                           " (a run directory elsewhere: give its path, ./elsewhere)\n")
+
+
+@pytest.mark.parametrize("link", ["runs dir", "run dir"])
+def test_runs_are_found_through_a_symlinked_runs_dir_and_symlinked_run_dirs(box: Path, env: Path, link: str) -> None:
+    """The runs directory moved to a bigger disk and linked back (or a run moved and linked back):
+    --resume, --export and --report without RUN_DIR find its runs as they find real directories."""
+    disk = box / "disk"
+    disk.mkdir()
+    disk.chmod(0o777)
+    if link == "runs dir":
+        (box / "runs").symlink_to(disk)
+    script = script_in(box, env)
+    assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=1").returncode == 0
+    (run_dir,) = (box / "runs").iterdir()
+    if link == "run dir":
+        run_dir.rename(disk / run_dir.name)
+        run_dir.symlink_to(disk / run_dir.name)
+    resumed = run_with(script, {"STANDIN_STEPS": "3"}, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert trainings(env)[-1][-1] == f"trainer.resume_from_path={run_dir}/checkpoints/global_step_2"
+    exported = run_with(script, {}, "--export")
+    assert exported.returncode == 0, exported.stderr
+    assert (disk / run_dir.name / "hf" / "global_step_3" / "config.json").is_file()
+    assert run(script, "--report").returncode == 0
+    assert seen(env)[-1]["argv"] == ["-m", "verl_pascal.report", str(run_dir)]
+
+
+# A directory name with each character Hydra's override grammar gives a meaning to (a sweep's `,`,
+# quotes, `=`, lists, dicts, escapes, whitespace, a function's parentheses) or does not take unquoted.
+HYDRA_HOSTILE = "a,b 'c' \"d\" k=v [e]{f} \\'g\\ (h) $x ü~#"
+PATH_KEYS = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "critic.model.path",
+             "trainer.default_local_dir", "trainer.resume_from_path")
+
+
+def as_hydra_reads(tmp_path: Path, overrides: list[str]) -> dict:
+    """The values the path overrides among ``overrides`` compose to, with Hydra itself, as verl's main_ppo
+    composes its command line (a configuration holding just those keys)."""
+    hydra = pytest.importorskip("hydra")
+    from omegaconf import OmegaConf
+
+    conf = tmp_path / "conf"
+    conf.mkdir(exist_ok=True)
+    OmegaConf.save(OmegaConf.from_dotlist([f"{key}=null" for key in PATH_KEYS]), conf / "ppo_trainer.yaml")
+    picked = [o for o in overrides if o.split("=", 1)[0] in PATH_KEYS]
+    with hydra.initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfg = hydra.compose(config_name="ppo_trainer", overrides=picked)
+    return {key: OmegaConf.select(cfg, key) for key in {o.split("=", 1)[0] for o in picked}}
+
+
+def test_paths_with_hydras_special_characters_reach_verl_intact(box: Path, env: Path, tmp_path: Path) -> None:
+    top = box / HYDRA_HOSTILE
+    top.mkdir()
+    top.chmod(0o777)
+    data, model, runs = top / "data", top / "model\\", top / "runs"  # the model's ends in a backslash
+    script = render(box, conda_env_prefix=str(env), launch_runs_dir=str(runs), launch_data_dir=str(data),
+                    launch_model_dir=str(model))
+    assert run_with(script, {"STANDIN_STEPS": "2"}, "trainer.save_freq=1").returncode == 0
+    (run_dir,) = runs.iterdir()
+    resumed = run_with(script, {"STANDIN_STEPS": "3"}, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert steps_logged(run_dir / "train.log") == [1, 2, 3]  # the stand-in found its checkpoint where Hydra puts it
+    assert run_with(script, {}, "--export").returncode == 0
+    assert (run_dir / "hf" / "global_step_3" / "config.json").is_file()
+
+    given = {"data.train_files": f"{data}/train.parquet", "data.val_files": f"{data}/test.parquet",
+             "actor_rollout_ref.model.path": str(model), "critic.model.path": str(model),
+             "trainer.default_local_dir": f"{run_dir}/checkpoints"}
+    composes = [s["argv"][s["argv"].index("--") + 1:] for s in seen(env)
+                if s["argv"][1] == "verl_pascal.runconfig.compose"]
+    first, again = trainings(env)
+    assert len(composes) == 2 and composes[0] == first[2:] and composes[1] == again[2:]
+    assert as_hydra_reads(tmp_path, first[2:]) == given
+    assert as_hydra_reads(tmp_path, again[2:]) == {
+        **given, "trainer.resume_from_path": f"{run_dir}/checkpoints/global_step_2"}
+    assert as_hydra_reads(tmp_path, dry_run_args(script)[3:]) == {
+        k: v for k, v in given.items() if k != "trainer.default_local_dir"}
 
 
 def test_resume_says_what_is_missing(box: Path, env: Path) -> None:

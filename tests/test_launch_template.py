@@ -233,13 +233,25 @@ def test_a_worker_of_a_cluster_refuses_to_start_a_run(box: Path) -> None:
     assert not (env / "seen.argv").exists() and not (box / "runs").exists()
 
 
-def test_check_config_reports_a_rejected_override(box: Path) -> None:
-    """--check-config fails with verl's message when the composition fails (here:
-    no verl at all behind the env's python, the state of a broken install)."""
-    script = render(box, conda_env_prefix=str(box / "no-env"), launch_runs_dir=str(box / "runs"))
-    proc = run_as_user(script, "--check-config")
+@pytest.mark.parametrize("mode", [[], ["--check-config"]])
+@pytest.mark.parametrize("broken", ["missing", "not executable", "bad interpreter"])
+def test_an_env_whose_python_cannot_start_is_named_not_blamed_on_verl(box: Path, broken: str, mode: list[str]) -> None:
+    """A broken install (the env gone, its python not executable or pointing at an interpreter
+    that is gone) is said to be one: verl never saw the configuration, so it rejected nothing."""
+    env = standin_env(box)
+    python = env / "bin" / "python"
+    if broken == "missing":
+        python.unlink()
+    elif broken == "not executable":
+        python.chmod(0o644)
+    else:
+        python.write_text("#!%s/gone/bin/python\n" % box)
+    proc = run_as_user(render(box, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs")), *mode)
     assert proc.returncode == 1, proc.stderr
-    assert "rejects the configuration" in proc.stderr
+    assert (f"verl-ppo: the training env's Python ({python}) cannot start: check the env, re-run site.yml\n"
+            in proc.stderr)
+    assert "rejects" not in proc.stderr
+    assert not (box / "trained").exists() and list((box / "runs").glob("*")) == []
 
 
 def test_check_config_composes_and_judges_the_runs_overrides_in_one_python_start(box: Path) -> None:
@@ -286,6 +298,29 @@ def test_root_is_refused_before_anything_runs(box: Path, mode: list[str]) -> Non
     assert "refusing to run verl as root" in proc.stderr and "sudo -u verl" in proc.stderr
     assert not (box / "runs").exists()
     assert not (box / "trained").exists()
+
+
+def test_the_root_refusal_prints_a_command_that_runs_the_same_arguments(box: Path) -> None:
+    """Pasted into a shell, the suggested `sudo -u verl ...` passes each argument as it was given,
+    and runs nothing of what an argument holds ($(...), quotes, spaces)."""
+    fake = box / "fake-root"  # `id -u` says 0, whoever runs the tests
+    fake.mkdir()
+    (fake / "id").write_text("#!/bin/sh\necho 0\n")  # the script asks only `id -u`
+    (fake / "id").chmod(0o755)
+    script = render(box, conda_env_prefix=str(standin_env(box)), launch_runs_dir=str(box / "runs"))
+    args = [f"trainer.experiment_name=$(touch {box}/pasted)", "trainer.project_name='it''s' \"q\"",
+            "data.x=two  words", "--allow-low-memory"]
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+    assert proc.returncode == 2 and "refusing to run verl as root" in proc.stderr
+    (line,) = [l for l in proc.stderr.splitlines() if "run it as the training user: " in l]
+    pasted = line.split("run it as the training user: ", 1)[1]
+    assert shlex.split(pasted) == ["sudo", "-u", "verl", str(script), *args]
+    ran = subprocess.run(["bash", "-c", 'sudo() { printf "%s\\0" "$@"; }\n' + pasted], capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split("\0")[:-1] == ["-u", "verl", str(script), *args]
+    assert not (box / "pasted").exists() and not (box / "runs").exists()
 
 
 def test_two_runs_started_in_the_same_second_get_two_run_directories(box: Path) -> None:
