@@ -9,6 +9,7 @@ batched by the server, must get exactly what each gets alone with its seed.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import List
 
 import pytest
@@ -213,7 +214,9 @@ def test_requests_that_arrive_while_a_batch_runs_make_the_next_batch(model) -> N
     assert [r.token_ids for r in results] == [alone(model, p, params).token_ids for p in PROMPTS]
 
 
-def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(model) -> None:
+def test_a_batch_that_fails_once_is_run_again_in_halves_and_every_request_is_answered(model) -> None:
+    """A batch that fails for the batch's sake (memory, say) must not fail its requests: its halves
+    are run, and each request gets what it gets alone."""
     calls = []
 
     def run(*args):
@@ -222,15 +225,173 @@ def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(model) 
             raise RuntimeError("CUDA out of memory (stand-in)")
         return srv.decode(*args)
 
-    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=2, run=run)
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=4, run=run)
     params = srv.SamplingParams(max_tokens=4, temperature=0)
 
-    async def both():
+    async def all_four():
         return await asyncio.gather(*(server.generate(p, params) for p in PROMPTS[:4]), return_exceptions=True)
 
-    results = asyncio.run(both())
-    assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError", "TokenResult", "TokenResult"]
-    assert results[2].token_ids == alone(model, PROMPTS[2], params).token_ids
+    results = asyncio.run(all_four())
+    assert [r.token_ids for r in results] == [alone(model, p, params).token_ids for p in PROMPTS[:4]]
+    assert calls == [4, 2, 2] and server.batch_sizes == [4]
+
+
+def test_a_request_that_fails_alone_gets_the_error_and_the_rest_of_its_batch_is_served(model) -> None:
+    """A failure that no check foresaw, in one request: that request gets the error, every other
+    request of its batch its tokens, and the server keeps serving."""
+    poison = PROMPTS[3]
+
+    def run(handle, prompts, params, eos, pad):
+        if poison in prompts:
+            raise RuntimeError("stand-in for a failure only this prompt causes")
+        return srv.decode(handle, prompts, params, eos, pad)
+
+    server = srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, run=run)
+    params = srv.SamplingParams(max_tokens=4, temperature=0)
+
+    async def batch():
+        return await asyncio.gather(*(server.generate(p, params) for p in PROMPTS), return_exceptions=True)
+
+    results = asyncio.run(batch())
+    assert isinstance(results[3], RuntimeError) and "only this prompt" in str(results[3])
+    good = [i for i in range(len(PROMPTS)) if i != 3]
+    assert [results[i].token_ids for i in good] == [alone(model, PROMPTS[i], params).token_ids for i in good]
+    assert asyncio.run(server.generate(PROMPTS[0], params)).token_ids == results[0].token_ids
+
+
+def test_a_runner_that_answers_too_few_requests_fails_them_instead_of_leaving_them_waiting(model) -> None:
+    server = srv.GenerationServer(model, [EOS], PAD, run=lambda handle, prompts, *rest: [])
+    params = srv.SamplingParams(max_tokens=2, temperature=0)
+
+    async def guarded():  # the timeout only keeps a regression from hanging the suite
+        return await asyncio.wait_for(asyncio.gather(*(server.generate(p, params) for p in PROMPTS[:2]),
+                                                     return_exceptions=True), timeout=30)
+
+    results = asyncio.run(guarded())
+    assert all(isinstance(r, RuntimeError) and "answered 0 of 1" in str(r) for r in results)
+
+
+# --------------------------------------------------------------------------
+# One bad request is refused alone, before it is queued
+# --------------------------------------------------------------------------
+
+LIMITS = srv.Limits(response_length=16, prompt_length=16)
+GOOD = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False, "seed": 1}
+
+
+def recording_server(model, seen: List[List[int]]) -> srv.GenerationServer:
+    """A server whose runner records every prompt it is given (what would reach the GPU)."""
+    def run(handle, prompts, params, eos, pad):
+        seen.extend(prompts)
+        return srv.decode(handle, prompts, params, eos, pad)
+
+    return srv.GenerationServer(model, [EOS], PAD, max_batch_size=32, run=run)
+
+
+async def request(server: srv.GenerationServer, prompt, settings) -> srv.TokenResult:
+    """What verl's replica does with a request: its settings read, then queued."""
+    return await server.generate(prompt, srv.for_request(settings, len(prompt), LIMITS))
+
+
+@pytest.mark.parametrize("prompt, settings, match", [
+    ([], GOOD, "the prompt has no tokens"),
+    ([7, VOCAB], GOOD, rf"prompt token 1 is {VOCAB}: token ids are integers from 0 below {VOCAB}"),
+    ([7, -1], GOOD, "prompt token 1 is -1"),
+    ([7, 8.0], GOOD, "prompt token 1 is 8.0"),
+    ([7, True], GOOD, "prompt token 1 is True"),
+    ([7, 8], {**GOOD, "temperature": float("nan")}, "temperature=nan"),
+    ([7, 8], {**GOOD, "temperature": 1e-40}, "temperature=1e-40: use 0 .greedy. or a finite value from 1e-05 up"),
+    ([7, 8], {**GOOD, "temperature": float("inf")}, "temperature=inf"),
+    ([7, 8], {**GOOD, "temperature": -0.5}, "temperature=-0.5"),
+    ([7, 8], {**GOOD, "top_p": float("nan")}, "top_p=nan"),
+    ([7, 8], {**GOOD, "top_k": -2}, "top_k=-2"),
+    ([7, 8], {**GOOD, "top_k": 2.5}, "top_k=2.5: must be an integer"),
+    ([7, 8], {**GOOD, "seed": 2 ** 64}, "seed=18446744073709551616: must be an integer from 0 to 2..64 - 1"),
+    ([7, 8], {**GOOD, "seed": -1}, "seed=-1"),
+    ([7, 8], {**GOOD, "seed": 1.5}, "seed=1.5: must be an integer"),
+    ([7, 8], {**GOOD, "max_tokens": 0}, "max_tokens=0: must be 1 or more"),
+    ([7, 8], {**GOOD, "max_tokens": -3}, "max_tokens=-3: must be 1 or more"),
+    ([7, 8], {**GOOD, "max_new_tokens": 0}, "max_new_tokens=0: must be 1 or more"),
+    ([7, 8], {**GOOD, "max_tokens": 2.5}, "max_tokens=2.5: must be an integer"),
+    ([7, 8], {**GOOD, "stop_token_ids": [-1]}, "stop_token_ids"),
+    ([7, 8], {**GOOD, "stop_token_ids": "x"}, "stop_token_ids='x': must be a list of token ids"),
+])
+def test_one_bad_request_among_many_is_refused_alone_and_never_reaches_the_model(model, prompt, settings,
+                                                                                  match) -> None:
+    """In verl a batch is a step's prompts: a bad one must not take the others down with it, nor
+    reach the GPU (an out-of-range id there is a device-side assert that ends the CUDA context)."""
+    seen: List[List[int]] = []
+    server = recording_server(model, seen)
+    good = [PROMPTS[0], PROMPTS[1], PROMPTS[2]]
+
+    async def crowd():
+        sent = [request(server, p, GOOD) for p in good[:2]] + [request(server, prompt, settings),
+                                                                 request(server, good[2], GOOD)]
+        return await asyncio.gather(*sent, return_exceptions=True)
+
+    results = asyncio.run(crowd())
+    refused = results[2]
+    assert isinstance(refused, srv.RequestRefused), refused
+    assert "\n" not in str(refused) and re.search(match, str(refused)), str(refused)
+    served = [results[0], results[1], results[3]]
+    one = srv.for_request(GOOD, 5, LIMITS)
+    assert [r.token_ids for r in served] == [alone(model, p, one).token_ids for p in good]
+    assert sorted(seen) == sorted(good) and server.batch_sizes == [3]
+
+
+@pytest.mark.parametrize("key, value", [
+    ("presence_penalty", 0.5), ("frequency_penalty", -0.2), ("min_p", 0.1), ("stop", ["\n"]), ("stop", "Answer:"),
+    ("logit_bias", {5: 10.0}), ("n", 0), ("n", 2), ("best_of", 3), ("min_tokens", 4), ("prompt_logprobs", 1),
+    ("repetition_penalty", 1.1), ("presence_penalty", float("nan")), ("n", True), ("ignore_eos", True),
+])
+def test_a_setting_the_server_cannot_honour_is_refused_by_name(key, value) -> None:
+    with pytest.raises(srv.RequestRefused, match=f"^{key}="):
+        srv.for_request({**GOOD, key: value}, 5, LIMITS)
+
+
+def test_the_requests_verl_sends_with_neutral_values_are_accepted() -> None:
+    """verl 0.9.1's agent loop sends temperature, top_p, top_k, repetition_penalty=1.0 and logprobs
+    (greedy for validation), its tool agent loop stop_token_ids; vLLM's other settings at the values
+    that ask for nothing must pass too."""
+    verl_default = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    greedy = {**verl_default, "temperature": 0, "top_p": 1.0, "top_k": -1}
+    neutral = {"presence_penalty": 0.0, "frequency_penalty": 0, "min_p": 0.0, "stop": None, "logit_bias": None,
+               "n": 1, "best_of": None, "min_tokens": 0, "prompt_logprobs": None, "ignore_eos": False,
+               "stop_token_ids": None, "max_tokens": 8}
+    assert srv.for_request(verl_default, 5, LIMITS) == srv.SamplingParams(max_tokens=16)
+    assert srv.for_request(greedy, 5, LIMITS).greedy
+    assert srv.for_request({**verl_default, **neutral}, 5, LIMITS) == srv.SamplingParams(max_tokens=8)
+    empty = {"stop": [], "logit_bias": {}, "bad_words": [], "stop_token_ids": [], "presence_penalty": 0}
+    assert srv.for_request({**verl_default, **empty}, 5, LIMITS) == srv.SamplingParams(max_tokens=16)
+    assert srv.for_request({"ignore_eos": True}, 5, srv.Limits(16, 16, ignore_eos=True)).max_tokens == 16
+    assert srv.for_request({"temperature": srv.MIN_TEMPERATURE, "seed": 2 ** 64 - 1}, 5, LIMITS).seed == 2 ** 64 - 1
+
+
+def test_the_smallest_temperature_allowed_samples(model) -> None:
+    params = srv.SamplingParams(max_tokens=6, temperature=srv.MIN_TEMPERATURE, top_p=0.9, seed=2 ** 64 - 1)
+    result = alone(model, PROMPTS[0], params)
+    assert len(result.token_ids) == 6 or result.stop_reason == "completed"
+    assert all(lp == lp and lp <= 0 for lp in result.log_probs)
+
+
+def test_stop_token_ids_end_a_response_like_eos(model) -> None:
+    """verl's tool agent loop sends the tool parser's stop tokens; a response ends at the first one."""
+    params = srv.SamplingParams(max_tokens=12, temperature=1.0, seed=5)
+    full = alone(model, PROMPTS[0], params).token_ids
+    stop = next(t for i, t in enumerate(full) if i > 0 and t not in full[:i] and t != EOS)
+    sent = srv.for_request({"temperature": 1.0, "seed": 5, "stop_token_ids": [stop], "max_tokens": 12},
+                           len(PROMPTS[0]), LIMITS)
+    result = alone(model, PROMPTS[0], sent)
+    assert result.token_ids == full[: full.index(stop) + 1] and result.stop_reason == "completed"
+    assert len(result.token_ids) > 1
+
+
+def test_the_vocabulary_comes_from_the_config_or_its_text_config(model) -> None:
+    assert srv.vocab_size_of(model.config) == VOCAB
+    nested = type("VL", (), {"text_config": type("T", (), {"vocab_size": 99})()})()
+    assert srv.vocab_size_of(nested) == 99 and srv.vocab_size_of(None) is None
+    assert srv.GenerationServer(model, [EOS], PAD).vocabulary() == VOCAB
+    assert srv.GenerationServer(object(), [EOS], PAD, vocab_size=7).vocabulary() == 7
 
 
 def test_new_weights_are_taken_without_a_copy_and_change_the_answers() -> None:

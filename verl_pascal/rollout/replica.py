@@ -49,7 +49,8 @@ from verl.workers.rollout import replica as verl_replica
 from verl_pascal.rollout.engine import (HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device,
                                        server_unsupported, token_ids)
 from verl_pascal.rollout.generate import setting
-from verl_pascal.rollout.server import GenerationServer, Limits, SamplingParams, TokenResult, decode, for_request
+from verl_pascal.rollout.server import (GenerationServer, Limits, SamplingParams, TokenResult, decode, for_request,
+                                       vocab_size_of)
 
 NAME = "hf"
 MODE = "async"
@@ -127,6 +128,10 @@ def _token_ids(actor: Any) -> Tuple[List[int], int]:
     return rollout.eos_token_ids, rollout.pad_token_id
 
 
+def _vocab_size(actor: Any) -> Optional[int]:
+    return vocab_size_of(local_rollout().engine.hf_config)
+
+
 def _run(actor: Any, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], eos: Set[int],
          pad: int) -> Tuple[List[TokenResult], Optional[int]]:
     return local_rollout().run(prompts, params, eos, pad)
@@ -148,19 +153,21 @@ class PascalServer:
         self.worker = worker
         self.calculate_log_probs = bool(setting(config, "calculate_log_probs", False))
         seed = setting(config, "seed", 0) if setting(config, "full_determinism", False) else None
+        self.ignore_eos = bool(setting(config, "ignore_eos", False))
         self.limits = Limits(response_length=int(setting(config, "response_length", 512)),
                              prompt_length=int(setting(config, "prompt_length", 512)),
                              max_model_len=setting(config, "max_model_len", None),
-                             seed=None if seed is None else replica_rank + int(seed))
-        self.ignore_eos = bool(setting(config, "ignore_eos", False))
+                             seed=None if seed is None else replica_rank + int(seed), ignore_eos=self.ignore_eos)
         self.max_batch_size = int(setting(config, "max_num_seqs", 64))
         self.generation: Optional[GenerationServer] = None
         self.global_steps: Optional[int] = None
 
     async def start(self) -> None:
         eos, pad = await self.worker.__ray_call__.remote(_token_ids)
+        vocab_size = await self.worker.__ray_call__.remote(_vocab_size)
         self.generation = GenerationServer(self.worker, [] if self.ignore_eos else eos, pad,
-                                           max_batch_size=self.max_batch_size, run=self._run_in_worker)
+                                           max_batch_size=self.max_batch_size, run=self._run_in_worker,
+                                           vocab_size=vocab_size)
 
     async def _run_in_worker(self, worker: Any, prompts: List[List[int]], params: List[SamplingParams],
                              eos: Set[int], pad: int) -> List[TokenResult]:
@@ -170,6 +177,10 @@ class PascalServer:
 
     async def generate(self, prompt_ids: List[int], sampling_params: Dict[str, Any], request_id: str,
                        image_data: Any = None, video_data: Any = None, **kwargs: Any) -> Any:
+        """One request, answered with its tokens. A request the server cannot serve as sent raises
+        :class:`~verl_pascal.rollout.server.RequestRefused` (its message names the setting or token and
+        what is allowed) before it is queued; the agent loop gets it through Ray, and the requests
+        batched beside it are served."""
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise RolloutError("the Pascal rollout generates text only: the request carries images, video or audio")
         if self.generation is None:

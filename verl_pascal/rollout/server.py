@@ -23,34 +23,65 @@ server core; an adapter for verl's replica interface builds on it.
   new weights without a copy (``load_state_dict(assign=True)`` into the
   model), and :meth:`GenerationServer.release` drops the model, its KV cache
   and activations so that training gets the memory back.
+- One bad request fails alone. :func:`for_request` (verl's settings) and
+  :meth:`GenerationServer.generate` (the prompt's token ids) refuse, before
+  the request is queued, what would break its batch or what the server cannot
+  honour, with :class:`RequestRefused` naming the setting and what is
+  allowed. A batch that still fails is run again in halves, down to single
+  requests, so that only the requests that fail alone get the error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import math
+import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
+
+
+class RequestRefused(ValueError):
+    """One request cannot be served as sent; the message names the setting or token and what is allowed.
+    Only that request fails: the others queued with it are served."""
+
+
+#: The smallest temperature above 0 (greedy), well clear of those that overflow the scaled float32
+#: logits to inf and the sampling to NaN (1e-40 does).
+MIN_TEMPERATURE = 1e-5
+#: Seeds a torch generator takes: 0 to 2**64 - 1.
+SEED_LIMIT = 2 ** 64
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """One request's settings, in vLLM's (and so verl's) convention: temperature 0 is greedy,
-    top_k -1 or 0 and top_p 1 are off."""
+    top_k -1 or 0 and top_p 1 are off; a token of ``stop_token_ids`` ends the response like EOS.
+    Settings it cannot use raise :class:`RequestRefused`."""
 
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
     seed: Optional[int] = None
+    stop_token_ids: FrozenSet[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be 1 or more, not {self.max_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], not {self.temperature}, {self.top_p}")
+            raise RequestRefused(f"max_tokens={self.max_tokens}: must be 1 or more")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf):
+            raise RequestRefused(f"temperature={self.temperature}: use 0 (greedy) or a finite value from "
+                                 f"{MIN_TEMPERATURE} up")
+        if not 0 < self.top_p <= 1:
+            raise RequestRefused(f"top_p={self.top_p}: must be in (0, 1] (1 is off)")
+        if self.top_k < -1:
+            raise RequestRefused(f"top_k={self.top_k}: must be -1 or 0 (off), or 1 or more")
+        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+            raise RequestRefused(f"seed={self.seed}: must be an integer from 0 to 2**64 - 1, or None")
+        if any(token < 0 for token in self.stop_token_ids):
+            raise RequestRefused(f"stop_token_ids={sorted(self.stop_token_ids)}: token ids are 0 or more")
 
     @property
     def greedy(self) -> bool:
@@ -59,46 +90,140 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Limits:
-    """What the rollout config allows a request: its response length, the context, and the seed
-    verl's ``full_determinism`` gives every request of a replica (None: each request draws its own)."""
+    """What the rollout config allows a request: its response length, the context, the seed verl's
+    ``full_determinism`` gives every request of a replica (None: each request draws its own), and
+    whether the replica ignores EOS."""
 
     response_length: int
     prompt_length: int
     max_model_len: Optional[int] = None
     seed: Optional[int] = None
+    ignore_eos: bool = False
 
     @property
     def context(self) -> int:
         return self.max_model_len or self.prompt_length + self.response_length
 
 
+#: Settings of vLLM's (verl sends vLLM's names) that this server cannot honour, each with the values
+#: that ask for nothing: a request may carry those (verl sends ``repetition_penalty=1.0`` always).
+NEUTRAL: Mapping[str, Tuple[Any, ...]] = {
+    "repetition_penalty": (1.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "min_p": (0.0,),
+    "min_tokens": (0,),
+    "n": (1,),
+    "best_of": (None, 1),
+    "stop": (None, "", [], ()),
+    "logit_bias": (None, {}),
+    "bad_words": (None, [], ()),
+    "allowed_token_ids": (None,),
+    "prompt_logprobs": (None,),
+}
+
+
+def _is_neutral(value: Any, neutral: Tuple[Any, ...]) -> bool:
+    """Whether ``value`` is one of ``neutral`` (0 and 0.0 alike; a bool is never neutral: True == 1)."""
+    return not isinstance(value, bool) and any(value == allowed for allowed in neutral)
+
+
+def refuse_unsupported(params: Mapping[str, Any], limits: Limits) -> None:
+    """Refuse, naming the key, a setting this server would otherwise ignore."""
+    for key, neutral in NEUTRAL.items():
+        if key in params and not _is_neutral(params[key], neutral):
+            shown = " or ".join(repr(v) for v in neutral)
+            raise RequestRefused(f"{key}={params[key]!r}: the Pascal rollout server cannot honour it; send {shown} "
+                                 "or leave it out")
+    if "ignore_eos" in params and not (isinstance(params["ignore_eos"], bool)
+                                       and params["ignore_eos"] == limits.ignore_eos):
+        raise RequestRefused(f"ignore_eos={params['ignore_eos']!r}: the replica's setting "
+                             f"(actor_rollout_ref.rollout.ignore_eos={limits.ignore_eos}) applies to every "
+                             "request; leave it out of the request")
+
+
+def integer(key: str, value: Any) -> int:
+    """``value`` as an int, or :class:`RequestRefused` naming ``key`` (a float or a bool is no integer)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise RequestRefused(f"{key}={value!r}: must be an integer")
+    return int(value)
+
+
+def real(key: str, value: Any) -> float:
+    """``value`` as a float, or :class:`RequestRefused` naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise RequestRefused(f"{key}={value!r}: must be a number")
+    return float(value)
+
+
+def stop_ids(value: Any) -> FrozenSet[int]:
+    """``stop_token_ids`` (None or a list of token ids) as a set of ints."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise RequestRefused(f"stop_token_ids={value!r}: must be a list of token ids")
+    return frozenset(integer("stop_token_ids", token) for token in value)
+
+
+def wanted_tokens(params: Mapping[str, Any], prompt_len: int, limits: Limits) -> int:
+    """``max_tokens`` (or SGLang's ``max_new_tokens``) if sent, else the response length left in
+    prompt plus response."""
+    for key in ("max_tokens", "max_new_tokens"):
+        if key in params:
+            wanted = integer(key, params[key])
+            if wanted < 1:
+                raise RequestRefused(f"{key}={wanted}: must be 1 or more")
+            return wanted
+    return min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
+
+
 def for_request(params: Mapping[str, Any], prompt_len: int, limits: Limits) -> SamplingParams:
     """A request's settings the way verl's vLLM server reads them: ``max_tokens`` (or SGLang's
     ``max_new_tokens``) if sent, else the response length left in prompt plus response; never past
-    the context. Settings this server cannot honour are refused by name."""
+    the context. Settings this server cannot honour, and values that would break a batch, are
+    refused by name (:class:`RequestRefused`)."""
     room = limits.context - prompt_len
     if room < 1:
-        raise ValueError(f"the prompt has {prompt_len} tokens: no room to generate within the context of "
-                         f"{limits.context} (actor_rollout_ref.rollout.max_model_len, or prompt_length + "
-                         "response_length)")
-    penalty = float(params.get("repetition_penalty", 1.0))
-    if penalty != 1.0:
-        raise ValueError(f"repetition_penalty={penalty}: the Pascal rollout samples without one (use 1.0)")
-    if "max_tokens" in params:
-        wanted = int(params["max_tokens"])
-    elif "max_new_tokens" in params:
-        wanted = int(params["max_new_tokens"])
-    else:
-        wanted = min(limits.response_length, limits.prompt_length + limits.response_length - prompt_len)
+        raise RequestRefused(f"the prompt has {prompt_len} tokens: no room to generate within the context of "
+                             f"{limits.context} (actor_rollout_ref.rollout.max_model_len, or prompt_length + "
+                             "response_length)")
+    refuse_unsupported(params, limits)
     seed = params.get("seed", limits.seed)
-    return SamplingParams(max_tokens=max(1, min(wanted, room)), temperature=float(params.get("temperature", 1.0)),
-                          top_p=float(params.get("top_p", 1.0)), top_k=int(params.get("top_k", -1)),
-                          seed=None if seed is None else int(seed))
+    return SamplingParams(max_tokens=min(wanted_tokens(params, prompt_len, limits), room),
+                          temperature=real("temperature", params.get("temperature", 1.0)),
+                          top_p=real("top_p", params.get("top_p", 1.0)),
+                          top_k=integer("top_k", params.get("top_k", -1)),
+                          seed=None if seed is None else integer("seed", seed),
+                          stop_token_ids=stop_ids(params.get("stop_token_ids")))
+
+
+def vocab_size_of(hf_config: Any) -> Optional[int]:
+    """How many token ids the model embeds (its config's ``vocab_size``, or its text config's); None
+    when the config does not say."""
+    for config in (hf_config, getattr(hf_config, "text_config", None)):
+        size = getattr(config, "vocab_size", None)
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
+
+
+def checked_prompt(prompt_ids: Any, vocab_size: Optional[int]) -> List[int]:
+    """The prompt's token ids as ints, or :class:`RequestRefused` naming the first one the model cannot
+    embed (an out-of-range id on a GPU is a device-side assert that ends the worker's CUDA context)."""
+    ids = prompt_ids.tolist() if hasattr(prompt_ids, "tolist") else list(prompt_ids)
+    if not ids:
+        raise RequestRefused("the prompt has no tokens: send at least one token id")
+    top = "" if vocab_size is None else f" below {vocab_size} (the model's vocabulary)"
+    for position, token in enumerate(ids):
+        if (isinstance(token, bool) or not isinstance(token, numbers.Integral) or token < 0
+                or (vocab_size is not None and token >= vocab_size)):
+            raise RequestRefused(f"prompt token {position} is {token!r}: token ids are integers from 0{top}")
+    return [int(token) for token in ids]
 
 
 @dataclass
 class TokenResult:
-    """A request's response: token ids, their log-probs, and ``completed`` (EOS), ``length`` or
+    """A request's response: token ids, their log-probs, and ``completed`` (EOS or a stop token), ``length`` or
     ``aborted`` (dropped from the queue before it ran)."""
 
     token_ids: List[int] = field(default_factory=list)
@@ -197,7 +322,7 @@ def decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[Sampli
             result = results[row]
             result.token_ids.append(token)
             result.log_probs.append(log_prob)
-            if token in eos_token_ids:
+            if token in eos_token_ids or token in params[row].stop_token_ids:
                 result.stop_reason = "completed"
             elif len(result.token_ids) >= params[row].max_tokens:
                 result.stop_reason = "length"
@@ -223,12 +348,15 @@ class GenerationServer:
     ``run(model, prompts, settings, eos_token_ids, pad_token_id)`` generates one batch: by default
     :func:`decode` in a thread. It may be a coroutine function instead, for a batch that runs
     elsewhere (verl's replica runs it in the training worker that holds the weights); ``model`` is
-    then whatever that runner needs.
+    then whatever that runner needs, and ``vocab_size`` the model's vocabulary (a torch model's own
+    config says it otherwise), against which each prompt's token ids are checked before it is queued.
+    A batch that fails is run again in halves, down to single requests: a request gets an error
+    only if it fails alone.
     """
 
     def __init__(self, model: Any, eos_token_ids: Sequence[int], pad_token_id: int, max_batch_size: int = 32,
                  run: Optional[Callable[..., List[TokenResult]]] = None, gather_s: float = 0.05,
-                 max_gather_s: float = 1.0) -> None:
+                 max_gather_s: float = 1.0, vocab_size: Optional[int] = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be 1 or more, not {max_batch_size}")
         if gather_s < 0 or max_gather_s < gather_s:
@@ -239,17 +367,26 @@ class GenerationServer:
         self.eos_token_ids = set(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = max_batch_size
-        self.batch_sizes: List[int] = []  # one entry per batch run: what concurrency gave
+        self.vocab_size = vocab_size
+        self.batch_sizes: List[int] = []  # one entry per batch gathered (not its reruns): what concurrency gave
         self._run = run or decode
         self._pending: List[_Pending] = []
         self._worker: Optional["asyncio.Task[None]"] = None
 
+    def vocabulary(self) -> Optional[int]:
+        """The vocabulary size prompts are checked against: the one given, else a torch model's own."""
+        if self.vocab_size is not None or not isinstance(self.model, torch.nn.Module):
+            return self.vocab_size
+        return vocab_size_of(getattr(self.model, "config", None))
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> TokenResult:
-        """Queue one request and wait for its result."""
+        """Queue one request and wait for its result; a prompt the model cannot take is refused
+        (:class:`RequestRefused`) before it is queued."""
         if self.model is None:
             raise ServerReleased("the server released its model; resume it (load) before generating")
+        prompt = checked_prompt(prompt_ids, self.vocabulary())
         future: "asyncio.Future[TokenResult]" = asyncio.get_running_loop().create_future()
-        self._pending.append((list(prompt_ids), params, future))
+        self._pending.append((prompt, params, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.ensure_future(self._drain())
         return await future
@@ -275,20 +412,41 @@ class GenerationServer:
                 return
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
             self.batch_sizes.append(len(batch))
-            args = (self.model, [b[0] for b in batch], [b[1] for b in batch], self.eos_token_ids, self.pad_token_id)
-            try:
-                if inspect.iscoroutinefunction(self._run):
-                    results = await self._run(*args)
-                else:
-                    results = await asyncio.to_thread(self._run, *args)
-            except Exception as exc:  # every request of the batch gets the error, the server keeps serving
+            await self._serve(batch)
+
+    async def _serve(self, batch: List[_Pending]) -> None:
+        """Run ``batch`` and answer each request. If it fails, each half is served alone in turn, down
+        to single requests, so that only a request that fails by itself gets the error (and a batch
+        too big for the memory left may fit in halves)."""
+        batch = [pending for pending in batch if not pending[2].done()]  # callers that gave up cost nothing
+        if not batch:
+            return
+        try:
+            results = await self._run_batch(batch)
+        except Exception as exc:  # the server keeps serving
+            if len(batch) == 1 or self.model is None:
                 for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
-                continue
-            for (_, _, future), result in zip(batch, results):
-                if not future.done():
-                    future.set_result(result)
+                return
+            half = len(batch) // 2
+            await self._serve(batch[:half])
+            await self._serve(batch[half:])
+            return
+        for (_, _, future), result in zip(batch, results):
+            if not future.done():
+                future.set_result(result)
+
+    async def _run_batch(self, batch: List[_Pending]) -> List[TokenResult]:
+        """One result per request of ``batch``, from the runner."""
+        args = (self.model, [b[0] for b in batch], [b[1] for b in batch], self.eos_token_ids, self.pad_token_id)
+        if inspect.iscoroutinefunction(self._run):
+            results = await self._run(*args)
+        else:
+            results = await asyncio.to_thread(self._run, *args)
+        if len(results) != len(batch):
+            raise RuntimeError(f"the runner answered {len(results)} of {len(batch)} requests")
+        return list(results)
 
     def load(self, model: Any) -> None:
         """Serve with ``model`` from now on (the trainer's weights of this step)."""
