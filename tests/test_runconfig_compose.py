@@ -201,3 +201,59 @@ def test_a_trainer_that_exits_ends_as_its_own_process_would(code: object, status
                                                             capsys: pytest.CaptureFixture) -> None:
     assert compose.exit_status(code) == status
     assert capsys.readouterr().err == printed
+
+
+#: What only the job sees: a variable set where it runs, by Hydra (env_set) or by Ray (verl merges
+#: ray_kwargs.ray_init.runtime_env into ray.init), read by the rollout's name or by its whole section.
+READ_WHERE_THE_JOB_RUNS = {
+    "hydra env_set": ["actor_rollout_ref.rollout.name=${oc.env:X,hf}", "++hydra.job.env_set.X=vllm"],
+    "ray runtime_env": ["actor_rollout_ref.rollout.name=${oc.env:X,hf}",
+                        "++ray_kwargs.ray_init.runtime_env.env_vars.X=vllm"],
+    "a section": ['actor_rollout_ref.rollout="${oc.decode:${oc.env:X}}"',
+                  "++ray_kwargs.ray_init.runtime_env.env_vars.X='{name: vllm}'"],
+}
+
+
+@pytest.mark.parametrize("overrides", READ_WHERE_THE_JOB_RUNS.values(), ids=list(READ_WHERE_THE_JOB_RUNS))
+def test_a_rollout_the_job_reads_from_its_environment_is_refused_on_pascal(
+        module: str, tmp_path: Path, overrides: List[str], monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    """--check-config cannot know X; here it is unset (hf), where the job runs it is vllm."""
+    monkeypatch.delenv("X", raising=False)
+    composed = tmp_path / "config.yaml"
+    rc = compose.main([str(composed), "--min-compute-capability", "6.1", "--", *overrides], module)
+    err = capfd.readouterr().err
+    key, _, value = overrides[0].partition("=")
+    assert rc == 2, err
+    assert f"verl-ppo: {key} is '{value.strip(chr(34))}'" in err and "literally" in err
+    assert err.count("\n") == 1 and REJECTED not in err
+
+
+def test_a_reward_models_rollout_is_refused_on_pascal_even_disabled(module: str, tmp_path: Path,
+                                                                    capfd: pytest.CaptureFixture) -> None:
+    overrides = ["++reward.reward_model.enable=False", "++reward.reward_model.rollout.name=vllm"]
+    rc = compose.main([str(tmp_path / "config.yaml"), "--min-compute-capability", "6.1", "--", *overrides], module)
+    err = capfd.readouterr().err
+    assert rc == 2, err
+    assert "the rollout 'vllm' at reward.reward_model.rollout.name, which needs compute capability 7.0" in err
+
+
+#: How a user may keep the HF rollout, and what reads the job's environment without choosing a rollout.
+HF_SPELLINGS = [
+    "actor_rollout_ref.rollout.name=hf",
+    "++actor_rollout_ref.rollout.name=hf",
+    'actor_rollout_ref.rollout.name="hf"',
+    "actor_rollout_ref.rollout.name='hf'",
+    "actor_rollout_ref.rollout.name=hf ",
+    "actor_rollout_ref.rollout={name:hf}",
+    "++reward.reward_model.rollout.name=hf",
+    "++distillation.teacher_models.teacher_model.inference.name=${oc.select:actor_rollout_ref.rollout.name}",
+    "++trainer.default_local_dir=${oc.env:HOME}/checkpoints",
+]
+
+
+@pytest.mark.parametrize("spelling", HF_SPELLINGS)
+def test_every_spelling_of_the_hf_rollout_runs_on_pascal(module: str, tmp_path: Path, spelling: str,
+                                                         capfd: pytest.CaptureFixture) -> None:
+    rc = compose.main([str(tmp_path / "config.yaml"), "--min-compute-capability", "6.1", "--", spelling], module)
+    assert (rc, capfd.readouterr().err) == (0, "")

@@ -6,9 +6,14 @@
 printed: every override applied, nothing checked. Two judgements follow,
 in this order:
 
-1. **The rollout.** Below compute capability 7.0 only the HF rollout runs
-   (vLLM, SGLang and the others need 7.0 or newer): any other
-   ``actor_rollout_ref.rollout.name`` is refused (exit 2).
+1. **The rollouts.** Below compute capability 7.0 only the HF rollout runs
+   (vLLM, SGLang and the others need 7.0 or newer): every rollout the
+   configuration holds (the actor's, the reward model's, the distillation
+   teachers', any other ``rollout`` section) must be ``hf`` as the job will
+   resolve it, and a name the job reads where it runs (``${oc.env:...}``,
+   which hydra.job.env_set or Ray's runtime_env may set there) is refused:
+   exit 2 (:mod:`verl_pascal.runconfig.rollouts`). From 7.0 any rollout runs;
+   the actor's name must still be readable. An unreadable one exits 1.
 2. **verl's own validation**, where the installed release has one
    (``verl.utils.config.validate_config``, verl 0.6 on): it turns the actor's
    and the critic's sections into verl's config dataclasses, so a key that
@@ -27,7 +32,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+from verl_pascal.runconfig import rollouts
 
 PREFIX = "verl-ppo:"
 #: Compute capability from which rollouts other than HF run.
@@ -51,15 +58,25 @@ def capability_text(text: str) -> str:
     return text
 
 
-def rollout_refusal(rollout: str, min_compute_capability: str) -> List[str]:
-    """Why this box cannot run ``rollout`` (empty when it can)."""
-    if rollout == "hf" or capability(min_compute_capability) >= SERVER_ROLLOUTS_FROM:
-        return []
-    return [
-        f"the configuration selects the rollout '{rollout}', which needs compute capability 7.0 or newer; "
-        f"this box's lowest is {min_compute_capability}.",
-        "keep the HF rollout (actor_rollout_ref.rollout.name=hf), which runs on Pascal.",
-    ]
+def actor_rollout_readable(cfg: Any) -> rollouts.Verdict:
+    """From compute capability 7.0 any rollout runs: the actor's must only be set and resolve here."""
+    from omegaconf import OmegaConf
+
+    key = rollouts.dotted(rollouts.ACTOR)
+    try:
+        rollout = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except Exception as exc:  # an interpolation that does not resolve
+        return rollouts.Verdict(1, (f"cannot read {key} from the composed configuration: {str(exc).splitlines()[0]}",))
+    if rollout is None:
+        return rollouts.Verdict(1, (f"cannot read {key} from the composed configuration.",))
+    return rollouts.Verdict(0)
+
+
+def rollout_verdict(cfg: Any, min_compute_capability: str) -> rollouts.Verdict:
+    """Whether this box runs every rollout of ``cfg``."""
+    if capability(min_compute_capability) >= SERVER_ROLLOUTS_FROM:
+        return actor_rollout_readable(cfg)
+    return rollouts.judge(cfg, min_compute_capability)
 
 
 def critic_in_use(cfg: Any) -> bool:
@@ -103,19 +120,11 @@ def judge(path: str, min_compute_capability: str,
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(path)
-    try:
-        rollout = OmegaConf.select(cfg, "actor_rollout_ref.rollout.name", throw_on_resolution_failure=True)
-    except Exception as exc:  # an interpolation that does not resolve
-        say(f"cannot read actor_rollout_ref.rollout.name from the composed configuration: {exc}")
-        return 1
-    if rollout is None:
-        say("cannot read actor_rollout_ref.rollout.name from the composed configuration.")
-        return 1
-    refusal = rollout_refusal(str(rollout), min_compute_capability)
-    for line in refusal:
+    verdict = rollout_verdict(cfg, min_compute_capability)
+    for line in verdict.lines:
         say(line)
-    if refusal:
-        return 2
+    if verdict.status:
+        return verdict.status
     validate = validator()
     if validate is None:
         return 0
