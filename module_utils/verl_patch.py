@@ -179,6 +179,10 @@ class InterruptedPatchError(VerlPatchError):
 class UnsupportedVersionError(VerlPatchError):
     """The verl release has no patch-site table (no release folder)."""
 
+    def __init__(self, message: str, version: str = "") -> None:
+        super().__init__(message)
+        self.version = version  # the tree's release, for a caller that knows why it has no table
+
 
 class UpstreamChangedError(VerlPatchError):
     """A supported release lacks a site the table says it has."""
@@ -717,8 +721,21 @@ def _logsumexp_listcomp(ctx: ScanContext, node: ast.AST) -> Optional[Tuple[str, 
     return gen.target.id, gen.iter
 
 
+def end_line(node: ast.AST) -> int:
+    """The last line of ``node`` (a call black wrapped over several lines ends below its first)."""
+    return int(getattr(node, "end_lineno", None) or src_line(node))
+
+
+def line_end_offset(src: SourceText, lineno: int) -> int:
+    """The string offset of the end of line ``lineno``, before its newline: where a note is appended."""
+    return src.offset(lineno, 0) + len(src.line_text(lineno))
+
+
 def logsumexp_edits(ctx: ScanContext, call: ast.Call, var: str, rows: ast.AST) -> List[Edit]:
-    """The stacked per-row loop -> chunks of rows, viewed back to the rows' shape."""
+    """The stacked per-row loop -> chunks of rows, viewed back to the rows' shape.
+
+    The call is replaced from its first character to its last, however many lines it spans, by one
+    line; the note goes at the end of the line the call ends on, which is then the same line."""
     torch_ = ctx.src.segment(call.func.value)  # type: ignore[attr-defined]
     it = ctx.src.segment(rows)
     if not isinstance(rows, ast.Name):
@@ -726,33 +743,38 @@ def logsumexp_edits(ctx: ScanContext, call: ast.Call, var: str, rows: ast.AST) -
     text = "%s.cat([%s.logsumexp(%s, dim=-1) for %s in %s.reshape(-1, %s.shape[-1]).split(%d)]).view(%s.shape[:-1])" % (
         torch_, torch_, var, var, it, it, LOGSUMEXP_CHUNK, it)
     start, end = ctx.src.span(call)
-    line = ctx.src.line_text(src_line(call))
-    line_end = ctx.src.offset(src_line(call), 0) + len(line)
-    return [Edit(start, end, text), Edit(line_end, line_end, LOGSUMEXP_NOTE)]
+    note_at = line_end_offset(ctx.src, end_line(call))
+    return [Edit(start, end, text), Edit(note_at, note_at, LOGSUMEXP_NOTE)]
+
+
+def _is_patched_logsumexp(ctx: ScanContext, node: ast.Call) -> bool:
+    """``torch.cat([torch.logsumexp(v, dim=-1) for v in ...]).view(...)`` with the note on its last line."""
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr == "view"):
+        return False
+    inner = node.func.value
+    return (isinstance(inner, ast.Call) and dotted_name(inner.func, ctx.aliases) == "torch.cat"
+            and bool(inner.args) and _logsumexp_listcomp(ctx, inner.args[0]) is not None
+            and MARKER in ctx.src.line_text(end_line(node)))
 
 
 def find_logsumexp_rows(ctx: ScanContext) -> List[FoundSite]:
-    """``torch.stack([torch.logsumexp(r, dim=-1) for r in x])`` -> chunks of rows (gated)."""
+    """``torch.stack([torch.logsumexp(r, dim=-1) for r in x])``, on one line or wrapped over several
+    -> chunks of rows (gated)."""
     if KIND_LOGSUMEXP not in ctx.gated:
         return []
     found: List[FoundSite] = []
     for node in ctx.by_type.get(ast.Call, []):
-        name = dotted_name(node.func, ctx.aliases)  # type: ignore[attr-defined]
-        args = node.args  # type: ignore[attr-defined]
-        if name == "torch.stack" and len(args) == 1 and not node.keywords:  # type: ignore[attr-defined]
-            match = _logsumexp_listcomp(ctx, args[0])
-            if match is None or src_line(node) != getattr(node, "end_lineno", src_line(node)):
+        assert isinstance(node, ast.Call)
+        if dotted_name(node.func, ctx.aliases) == "torch.stack" and len(node.args) == 1 and not node.keywords:
+            match = _logsumexp_listcomp(ctx, node.args[0])
+            if match is None:
                 continue
             if ctx.attn is None:
                 found.append(FoundSite(KIND_LOGSUMEXP, KEPT, node))
             else:
                 found.append(FoundSite(KIND_LOGSUMEXP, PENDING, node, logsumexp_edits(ctx, node, *match)))
-        elif isinstance(node.func, ast.Attribute) and node.func.attr == "view":  # type: ignore[attr-defined]
-            inner = node.func.value  # type: ignore[attr-defined]
-            if (isinstance(inner, ast.Call) and dotted_name(inner.func, ctx.aliases) == "torch.cat"
-                    and inner.args and _logsumexp_listcomp(ctx, inner.args[0]) is not None
-                    and MARKER in ctx.src.line_text(src_line(node))):
-                found.append(FoundSite(KIND_LOGSUMEXP, PATCHED, node))
+        elif _is_patched_logsumexp(ctx, node):
+            found.append(FoundSite(KIND_LOGSUMEXP, PATCHED, node))
     return found
 
 
@@ -980,12 +1002,20 @@ def check_required(version: str, sites: Sequence[Site], table: SiteTable) -> Non
 
 
 def unsupported_message(version: str, releases: Releases) -> str:
+    """Why ``version`` is refused, and how to add it without running its sdist's code: the sdist is
+    fetched by its URL on the index and kept only with the sha256 the user copied from the index's
+    simple API; nothing builds it or runs its setup.py (pip download would, before any check)."""
+    sdist = "verl-%s.tar.gz" % version
     return (
-        "verl %s is not supported by verl_patch %s; supported: %s. To add it: unpack its sdist "
-        "(pip download --no-deps --no-binary :all: verl==%s), run verl-patch --source DIR "
-        "--profile pascal --check --json --allow-unsupported, review every site it lists, and write its "
-        "table_entry as patch_sites in a new release folder, verl_pascal/releases/verl-%s/release.yml"
-        % (version, ENGINE_VERSION, ", ".join(sorted(releases)) or "none", version, version)
+        "verl %s is not supported by verl_patch %s; supported: %s. To add it, fetch its sdist with its "
+        "sha256 checked before anything opens it: copy the sha256 of %s from the package index's simple API "
+        "(<index>/verl/ lists each file with its sha256), put `verl_releases: {'%s': {sdist: %s, sha256: "
+        "'<that sha256>'}}` in a file LOCK.yml and run `verl-pascal-prefetch --lock LOCK.yml --mirror DIR` "
+        "(it keeps the file only if its sha256 matches); then unpack DIR/%s with tar, run verl-patch --source "
+        "<the unpacked verl-%s> --profile pascal --check --json --allow-unsupported, review every site it lists, "
+        "and write its table_entry as patch_sites in a new release folder, verl_pascal/releases/verl-%s/release.yml"
+        % (version, ENGINE_VERSION, ", ".join(sorted(releases)) or "none", sdist, version, sdist, sdist, version,
+           version)
     )
 
 
@@ -1084,7 +1114,7 @@ def make_plan(
     plan = Plan(root, package_dir, version, profile, attn, supported, patch)
     if patching and not supported:
         if not allow_unsupported:
-            raise UnsupportedVersionError(unsupported_message(version, releases))
+            raise UnsupportedVersionError(unsupported_message(version, releases), version)
         plan.warnings.append(unsupported_message(version, releases))
     previous_attn = previous["attn"] if previous else None
     table = releases.get(version, {})

@@ -16,6 +16,7 @@ taken from the engine's table, so a scanner that misses a site fails here.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -307,6 +308,68 @@ def test_engine_log_probs_take_rows_in_chunks_with_the_same_values(real_tree: Pa
                 for v, t in RELEASES.items()}
     assert not [s for s in make_plan(str(pristine), "pascal", "sdpa", releases=unlisted).sites
                 if s.kind == KIND_LOGSUMEXP]
+
+
+_ONE_LINE_STACK = re.compile(
+    r"(?P<indent>[ ]*)(?P<target>\w+) = torch\.stack\((?P<rows>\[torch\.logsumexp\((?P<v>\w+), dim=-1\) "
+    r"for (?P=v) in (?P<x>\w+)\])\)")
+# The stacked per-row call as black wraps it at 88 columns, and as it explodes it with a trailing comma.
+WRAPS = {
+    "black": "{indent}{target} = torch.stack(\n{indent}    {rows}\n{indent})",
+    "exploded": ("{indent}{target} = torch.stack(\n{indent}    [\n{indent}        torch.logsumexp({v}, dim=-1)\n"
+                 "{indent}        for {v} in {x}\n{indent}    ],\n{indent})"),
+}
+
+
+def _wrap_logsumexp_call(tree: Path, style: str) -> int:
+    """Rewrite verl's one-line ``X = torch.stack([torch.logsumexp(v, dim=-1) for v in rows])`` in
+    torch_functional.py as a formatter wraps it; the call's first line."""
+    path = tree / "verl" / "utils" / "torch_functional.py"
+    lines = path.read_text().split("\n")
+    hits = [i for i, line in enumerate(lines) if _ONE_LINE_STACK.fullmatch(line)]
+    assert len(hits) == 1, hits
+    match = _ONE_LINE_STACK.fullmatch(lines[hits[0]])
+    assert match is not None
+    lines[hits[0]] = WRAPS[style].format(**match.groupdict())
+    path.write_text("\n".join(lines))
+    return hits[0] + 1
+
+
+@pytest.mark.parametrize("style", sorted(WRAPS))
+@pytest.mark.parametrize("real_tree", ["0.9.1", "0.8.0"], indirect=True)
+def test_a_logsumexp_call_wrapped_over_lines_is_patched_to_the_same_values(
+        real_tree: Path, style: str, tmp_path: Path) -> None:
+    """A release reformatted as black formats it (the stacked call over 3 or 6 lines) is not refused: the
+    site is found by its syntax, patched, and gives the log-probs, gradients and kernel count of the
+    one-line release's patch; a second run changes nothing."""
+    import torch
+
+    one_line = tmp_path / "one-line"
+    shutil.copytree(str(real_tree), str(one_line))
+    line = _wrap_logsumexp_call(real_tree, style)
+    rel = "verl/utils/torch_functional.py"
+    plan = make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert [(s.file, s.line) for s in plan.sites if s.kind == KIND_LOGSUMEXP] == [(rel, line)]
+    pristine = tmp_path / "pristine"
+    shutil.copytree(str(real_tree), str(pristine))
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    patch_tree(str(one_line), "pascal", "sdpa", releases=RELEASES)
+    wrapped_fn, one_line_fn = _log_probs_function(real_tree), _log_probs_function(one_line)
+    gen = torch.Generator().manual_seed(1)
+    tokens, vocab = 1100, 257
+    for shape in [(tokens,), (4, tokens // 4)]:
+        logits = torch.randn(*shape, vocab, generator=gen) * 4
+        labels = torch.randint(0, vocab, shape, generator=gen)
+        want, want_grad, per_row = _logsumexp_kernels(_log_probs_function(pristine), logits, labels)
+        got, got_grad, chunked = _logsumexp_kernels(wrapped_fn, logits, labels)
+        same, same_grad, one_line_chunked = _logsumexp_kernels(one_line_fn, logits, labels)
+        assert torch.equal(got, same) and torch.equal(got_grad, same_grad)
+        assert torch.allclose(got, want, rtol=0, atol=1e-5) and torch.allclose(got_grad, want_grad, atol=1e-6)
+        assert per_row == shape[0] and chunked == one_line_chunked == -(-tokens // verl_patch.LOGSUMEXP_CHUNK)
+    before = snapshot(real_tree)
+    again = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert not again.changes and snapshot(real_tree) == before
+    assert by_kind(again.sites, PATCHED)[KIND_LOGSUMEXP] == 1
 
 
 def _poll_default(tree: Path) -> Any:
@@ -604,6 +667,47 @@ def test_the_release_before_a_supported_one_is_refused(extracted: Callable[[str]
     with pytest.raises(UnsupportedVersionError, match="verl 0.6.0 is not supported.*0.5.0, 0.6.1"):
         patch_tree(str(tree), "pascal", "sdpa", releases=RELEASES)
     assert snapshot(tree) == before
+
+
+def test_the_advice_for_an_unsupported_release_runs_none_of_its_sdist_before_its_sha256_is_checked(
+        synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """verl-patch's advice for a release without a folder names no pip command (pip download prepares an
+    sdist's metadata, running its setup.py, before anyone checks it). Its lock and prefetch command,
+    followed as written against an index serving a hostile sdist, put the file where the advice unpacks
+    it only with the sha256 copied from the index, refuse another file, and never run its setup.py."""
+    from hostile_sdist import hostile_sdist
+    from prefetch_server import Upstream, simple_page
+
+    from verl_pascal.prefetch import cli as prefetch_cli
+
+    (synthetic / "verl" / "version" / "version").write_text("9.9.9\n")
+    proc = run_cli("--source", str(synthetic), "--profile", "pascal")
+    advice = proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in advice and len(advice.strip().splitlines()) == 1
+    for runs_the_sdist in ("pip download", "pip install", "--no-binary", "setup.py", "easy_install"):
+        assert runs_the_sdist not in advice
+    lock_text = re.search(r"put `([^`]+)` in a file LOCK\.yml", advice)
+    command = re.search(r"run `(verl-pascal-prefetch [^`]+)`", advice)
+    assert lock_text and command and "unpack DIR/verl-9.9.9.tar.gz" in advice
+    assert advice.index("sha256") < advice.index("unpack") < advice.index("verl-patch --source")
+
+    marker = tmp_path / "setup-py-ran"
+    (tmp_path / "dist").mkdir()
+    sdist = hostile_sdist(tmp_path / "dist", marker, "verl", "9.9.9")
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    files = {f"files/{sdist.name}": sdist.read_bytes(), "simple/verl/": simple_page({sdist.name: digest})}
+    mirror = tmp_path / "DIR"
+    with Upstream(files) as server:
+        for sha256, fetched in (("0" * 64, False), (digest, True)):  # a file the copied sha256 is not, then it
+            lock = tmp_path / "LOCK.yml"
+            lock.write_text(lock_text.group(1).replace("<that sha256>", sha256) + "\n")
+            argv = [{"LOCK.yml": str(lock), "DIR": str(mirror)}.get(a, a) for a in command.group(1).split()[1:]]
+            code = prefetch_cli.main(argv + ["--pip-index-url", server.url + "/simple/", "--no-progress"])
+            capsys.readouterr()
+            assert (code == 0) == fetched
+            assert (mirror / sdist.name).is_file() == fetched
+    assert (mirror / sdist.name).read_bytes() == sdist.read_bytes()
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("real_tree", ["0.6.1", "0.7.1"], indirect=True)

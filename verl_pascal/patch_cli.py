@@ -21,18 +21,20 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from verl_pascal import profiles, verl_releases
 from verl_pascal.module_utils import verl_patch
 
 
-def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+def parse_args(argv: Optional[List[str]], supported: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line; ``supported``: the releases the epilog names (default: each folder that validates)."""
+    if supported is None:
+        supported = list(release_tables()[0])
     parser = argparse.ArgumentParser(
         prog="verl-patch",
         description=__doc__.split("\n\n")[0],
-        epilog="Supported verl releases (a folder each in verl_pascal/releases/): %s."
-        % ", ".join(verl_releases.versions()),
+        epilog="Supported verl releases (a folder each in verl_pascal/releases/): %s." % ", ".join(supported),
     )
     parser.add_argument("--source", required=True, help="verl sdist root, site-packages dir, or the verl package dir")
     parser.add_argument(
@@ -102,19 +104,33 @@ def report_text(plan: verl_patch.Plan, check: bool) -> None:
         print(head + "already fully patched (%d sites)" % len(plan.sites))
 
 
+def release_tables() -> Tuple[Dict[str, Dict[str, Dict[str, int]]], Dict[str, str]]:
+    """(version -> patch-site table of each release folder that validates, version -> the error of each
+    that does not): a bad folder makes its release unavailable, not the others."""
+    good, bad = verl_releases.scan()
+    return {version: release["patch_sites"] for version, release in good.items()}, bad
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
+    tables, broken = release_tables()
+    args = parse_args(argv, list(tables))
     try:
         patch = profiles.rows()[args.profile]["patch"]
         plan = verl_patch.patch_tree(
-            args.source, args.profile, args.attn, args.check, args.allow_unsupported, patch, verl_releases.patch_tables()
+            args.source, args.profile, args.attn, args.check, args.allow_unsupported, patch, tables
         )
+    except verl_patch.UnsupportedVersionError as exc:
+        # A release whose folder does not validate: its file and key, not "not supported".
+        print("verl-patch: error: %s" % broken.get(exc.version, str(exc)), file=sys.stderr)
+        return 2
     except verl_patch.VerlPatchError as exc:
         print("verl-patch: error: %s" % exc, file=sys.stderr)
         return 2
     except OSError as exc:
         print("verl-patch: error: %s" % exc, file=sys.stderr)
         return 2
+    if plan.verl_version in broken:  # --allow-unsupported on a release whose folder does not validate
+        plan.warnings.insert(0, broken[plan.verl_version])
     if args.json:
         data = plan.to_dict()
         data["check"] = args.check

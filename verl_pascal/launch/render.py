@@ -92,7 +92,8 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     for key, ppo in GRPO_PRESET_KEYS.items():
         values.setdefault(f"launch_{key}", preset.get(key, values[PRESET_VARIABLES[ppo]]))
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
-    values.setdefault("verl_releases", {v: verl_releases.read(v) for v in verl_releases.versions()})
+    if "verl_releases" not in values:  # the folders that validate; ReleaseError if verl_version's does not
+        values["verl_releases"] = verl_releases.available(needed=[str(values["verl_version"])])
     if "launch_host_memory_need_mib" not in overrides:  # preflight's estimate, as its module makes it
         values["launch_host_memory_need_mib"] = host_memory_needs(values)
     return values
