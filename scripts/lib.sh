@@ -88,12 +88,18 @@ ssh_host_vars() {
   echo "ansible_timeout: 300"
 }
 
-# Build what is missing: the Debian 12 images and the stand-in artifacts.
+# build_test_inputs [RELEASE]: build what is missing: the Debian 12 image and
+# the stand-in artifacts with every verl release (the scenarios), plus the SSH
+# key pair and the offline scenario's image; with RELEASE (make demo), the
+# stand-ins with that verl release alone and neither of those.
 build_test_inputs() {
+  local release=${1:-}
   "$root/scripts/build-base-image.sh"
-  ssh_setup
-  build_offline_image
-  "$venv/bin/python" -m verl_pascal.standins.build "$VERL_PASCAL_STANDINS"
+  if [[ -z $release ]]; then
+    ssh_setup
+    build_offline_image
+  fi
+  "$venv/bin/python" -m verl_pascal.standins.build ${release:+--release "$release"} "$VERL_PASCAL_STANDINS"
 }
 
 # Build (or reuse) VERL_PASCAL_OFFLINE_IMAGE from the base image, with the network.

@@ -12,6 +12,7 @@ cd "$root"
 export VERL_PASCAL_TEST_HOST_VARS=$cache/molecule/host_vars
 mkdir -p "$VERL_PASCAL_TEST_HOST_VARS"
 
+# shellcheck disable=SC2119 # no RELEASE: the stand-ins of every verl release
 build_test_inputs
 [[ ${1-} == --inputs-only ]] && exit 0
 start_mirror 127.0.0.1

@@ -12,12 +12,15 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import List, Optional
 
 import pytest
 import yaml
 
 from verl_pascal.prefetch.lock import Lock
 from verl_pascal.standins import build
+
+REPO = Path(__file__).resolve().parent.parent
 
 LOCK = Lock.from_paths()
 NAMES = {art.key: art.path for art in build.registry_artifacts(LOCK)}
@@ -111,3 +114,57 @@ def test_a_registry_value_that_is_no_reference_is_refused() -> None:
     lock = Lock({"artifacts": {"x": {"url": "https://e.org/x.bin", "sha256": "a" * 64}}})
     with pytest.raises(build.StandinError, match="must reference one"):
         build.lock_overrides(lock, {"x": build.Artifact(key="x", path="x.bin", url="", sha256="b" * 64)})
+
+
+# --- one release (make demo) or every release (the scenarios) -------------------
+
+def prefetched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, release: Optional[str]) -> List[str]:
+    """The arguments verl_from_the_index gives the prefetch (which is not run)."""
+    calls: List[List[str]] = []
+    monkeypatch.setattr(build.prefetch_cli, "main", lambda argv: calls.append(list(argv)) or 0)
+    build.verl_from_the_index(tmp_path, "2.13.0+cpu", release)
+    assert len(calls) == 1
+    return calls[0]
+
+
+def test_one_release_prefetches_its_sdist_and_its_lock_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    argv = prefetched(monkeypatch, tmp_path, "0.5.0")
+    locks = [a.split("=", 1)[1] for a in argv if a.startswith("--pip-lock=")]
+    assert locks == [str(REPO / "verl_pascal" / "releases" / "verl-0.5.0" / "py3.11-torch2.13.txt")]
+    assert argv[argv.index("--only") + 1] == "verl_releases[0.5.0]"
+
+
+def test_every_release_prefetches_every_lock_for_the_standin_torch(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    argv = prefetched(monkeypatch, tmp_path, None)
+    locks = sorted(a.split("=", 1)[1] for a in argv if a.startswith("--pip-lock="))
+    assert locks == sorted(str(p) for p in (REPO / "verl_pascal" / "releases").glob("verl-*/py3.11-torch2.13.txt"))
+    assert len(locks) > 1 and argv[argv.index("--only") + 1] == "verl_releases"
+
+
+def test_a_release_without_a_lock_for_the_standin_torch_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(build.StandinError, match="verl 0.0.1 has no lock py3.11-torch2.13.txt"):
+        build.verl_from_the_index(tmp_path, "2.13.0+cpu", "0.0.1")
+
+
+def test_a_build_of_every_release_serves_one_but_not_the_other_way(tmp_path: Path) -> None:
+    stamp = tmp_path / ".stamp"
+    stamp.write_text(f"abc {build.ALL_RELEASES}\n")
+    assert build.up_to_date(stamp, "abc", "0.5.0") and build.up_to_date(stamp, "abc", None)
+    assert not build.up_to_date(stamp, "def", "0.5.0")
+    stamp.write_text("abc 0.5.0\n")
+    assert build.up_to_date(stamp, "abc", "0.5.0")
+    assert not build.up_to_date(stamp, "abc", None) and not build.up_to_date(stamp, "abc", "0.9.1")
+    stamp.write_text("abc\n")  # a stamp from before releases were recorded
+    assert not build.up_to_date(stamp, "abc", None)
+
+
+def test_one_releases_standins_yml_has_no_refused_release(tmp_path: Path) -> None:
+    data = yaml.safe_load(build.standins_yml({}, "2.13.0+cpu", tmp_path, None))
+    assert "standin_refused_verl" not in data and data["torch_version"] == "2.13.0+cpu"
+
+
+@pytest.mark.parametrize("argv", [["--release"], ["--release", "all"], ["--release="], ["-x"], ["a", "b"]])
+def test_bad_usage_is_refused_with_the_usage(argv: List[str], capsys: pytest.CaptureFixture) -> None:
+    assert build.main(argv) == 2
+    assert "verl-pascal-standins [--release VERSION] [OUT]" in capsys.readouterr().err
