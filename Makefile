@@ -9,11 +9,12 @@ BIN := $(VENV)/bin
 ## test: everything CI runs, from a fresh machine (needs root for packages and Podman);
 ## the unit tests and the scenarios run in two lanes side by side (scripts/test.sh)
 test:
-	scripts/test.sh
+	@scripts/test.sh
 
 ## demo: provision a throwaway container as if it were p40-box, with stand-in artifacts
-demo: setup venv
-	scripts/demo.sh
+## (setup and venv are its first stages: scripts/demo.sh prints one line per stage)
+demo:
+	@scripts/demo.sh
 
 setup:
 	scripts/setup-host.sh

@@ -11,69 +11,71 @@
 # (balanced by their measured times: on 2026-12-05, from a fresh clone, after
 # 114 s of setup, venv and lint, the upgrade lane took 2039 s and the main
 # lane 2177 s with failures, 99 s, in it; the run 2291 s in all).
-# Every line a lane prints is prefixed with its name. The time of each stage
-# and scenario is printed at the end, also after a failure; a failed lane
-# does not stop the other, and the run fails if either did.
+# Each stage's output goes to its lane's log, .cache/test/<lane>.log (setup,
+# venv and lint to main's); the terminal gets one line per stage and its time
+# (scripts/stages.sh), each prefixed with its lane, with pytest's summary line
+# and Molecule's action lines and scenario recap. A failed lane does not stop
+# the other, and the run fails if either did. At the end, also after a
+# failure: for each failed stage what its log says (pytest's failures, the
+# lines before Molecule's failed action, or the end of its output: CI keeps
+# only the terminal), the time of each stage, and last, so that even the few
+# lines CI keeps say it, each failed task and its message.
 #   scripts/test.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+# shellcheck source=scripts/stages.sh
+. scripts/stages.sh
 
+logs=$PWD/.cache/test
+mkdir -p "$logs"
+: >"$logs/main.log"
+: >"$logs/upgrade.log"
 times=$(mktemp)
-logs=$(mktemp -d)
+failures=$(mktemp) # LANE, the stage's first and last line in its log, the stage
 started=$SECONDS
-# For a failed lane, what led to its first failed Molecule action, with the
-# colours taken out: CI keeps only the end of the output, so the reason is
-# printed again here, before the stage times.
-why_failed() { # LANE
-  local log=$logs/$1.log at
-  [[ -f $log ]] || return 0
-  at=$(grep -a -n -m1 'Executed: Failed' "$log" | cut -d: -f1)
-  [[ -n $at ]] || return 0
-  echo "== why the $1 lane failed: the 80 lines before its first failed Molecule action"
-  head -n "$at" "$log" | tail -n 80 | sed -E 's/\x1b\[[0-9;]*m//g' | cut -c1-400
-}
-# For a failed lane, its failed task and that task's message, joined from the
-# lines Molecule wrapped and cut to 900 characters: printed last, so that even
-# the few lines of the output CI keeps say what failed and why.
-reason() { # LANE
-  local log=$logs/$1.log at from task
-  [[ -f $log ]] || return 0
-  at=$(grep -a -n -m1 'Executed: Failed' "$log" | cut -d: -f1)
-  [[ -n $at ]] || return 0
-  from=$(head -n "$at" "$log" | grep -a -n -E '(fatal|failed): \[' | tail -n 1 | cut -d: -f1)
-  [[ -n $from ]] || return 0
-  task=$(head -n "$from" "$log" | grep -a 'TASK \[' | tail -n 1 | sed -E 's/\x1b\[[0-9;]*m//g; s/^.*TASK \[//; s/\] *\**$//')
-  echo "== the $1 lane's failed task: $task"
-  tail -n +"$from" "$log" | head -n $((at - from)) | sed -E 's/\x1b\[[0-9;]*m//g; s/^\[[a-z]+\] +│ ?//' |
-    awk 'NR > 1 && NF == 0 { exit } { sub(/^ +/, ""); printf "%s ", $0 }' |
-    sed -E 's/^.*"msg": //' | cut -c1-900
-  echo
-}
+echo "make test: each stage's output goes to $logs/main.log or $logs/upgrade.log"
+# pytest's summary line; Molecule's actions as they end, and its scenario recap.
+stage_keep='^=+ .* in [0-9.]+s( \([0-9:]+\))? =+$|^INFO +.*: Executed: |^[a-z-]+ +: actions=[0-9]+ '
+
 report() {
-  why_failed upgrade
-  why_failed main
+  local lane from to name
+  while IFS=$'\t' read -r lane from to name; do
+    echo "== why the $lane lane's $name failed (its log: $logs/$lane.log, lines $from to $to)"
+    stage_log=$logs/$lane.log stage_from=$from stage_to=$to
+    stage_explain explain | cut -c1-400
+  done <"$failures"
   echo "== stage times"
   cat "$times"
   printf '%-8s %-18s %6ds\n' all total $((SECONDS - started))
-  reason upgrade
-  reason main
-  rm -rf "$times" "$logs"
+  while IFS=$'\t' read -r lane from to name; do
+    echo "== the $lane lane's $name failed"
+    stage_log=$logs/$lane.log stage_from=$from stage_to=$to
+    stage_explain reason | cut -c1-900
+  done <"$failures"
+  echo "make test: the logs are $logs/main.log and $logs/upgrade.log"
+  rm -f "$times" "$failures"
 }
 trap report EXIT
 
-# step LANE NAME COMMAND...: run it, record how long it took and how it ended.
+# step LANE NAME COMMAND...: one stage of LANE, its output into LANE's log;
+# records how long it took and how it ended.
 step() {
   local lane=$1 name=$2 start=$SECONDS rc state=ok
   shift 2
-  "$@"
+  stage_log=$logs/$lane.log
+  stage "$name" "$@"
   rc=$?
-  ((rc == 0)) || state="failed ($rc)"
+  if ((rc != 0)); then
+    state="failed ($rc)"
+    printf '%s\t%s\t%s\t%s\n' "$lane" "$stage_from" "$stage_to" "$name" >>"$failures"
+  fi
   printf '%-8s %-18s %6ds  %s\n' "$lane" "$name" $((SECONDS - start)) "$state" >>"$times"
   return "$rc"
 }
 
 for stage in setup venv lint; do
-  step main "$stage" make --no-print-directory "$stage" || exit
+  step main "$stage" make --no-print-directory "$stage" | sed -u 's/^/[main] /'
+  ((PIPESTATUS[0] == 0)) || exit
 done
 
 scenario() { # LANE SCENARIO: its own container name, so that lanes never meet
@@ -104,9 +106,9 @@ main_lane() {
   ((rc == 0)) && scenario main default && scenario main fleet
 }
 
-{ upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /' | tee "$logs/upgrade.log"; exit "${PIPESTATUS[0]}"; } &
+{ upgrade_lane 2>&1 | sed -u 's/^/[upgrade] /'; exit "${PIPESTATUS[0]}"; } &
 upgrade_pid=$!
-{ main_lane 2>&1 | sed -u 's/^/[main] /' | tee "$logs/main.log"; exit "${PIPESTATUS[0]}"; } &
+{ main_lane 2>&1 | sed -u 's/^/[main] /'; exit "${PIPESTATUS[0]}"; } &
 main_pid=$!
 wait "$upgrade_pid"
 upgrade_rc=$?
