@@ -1,6 +1,6 @@
 """Version-aware, syntax-based patcher that makes verl run without bf16 and FlashAttention-2.
 
-verl hard-codes three things a Pascal GPU (sm_61) cannot do, and no config key
+verl hard-codes four things a Pascal GPU (sm_61) cannot do, and no config key
 reaches them:
 
 ``autocast_bf16``
@@ -19,6 +19,13 @@ reaches them:
     ``try: <the import> except ImportError: from verl._pascal_compat.bert_padding
     import ...``: flash-attn's helpers are still used where flash-attn imports,
     the pure-torch copies shipped by this patcher everywhere else.
+``mixed_precision_bf16``
+    an FSDP mixed-precision policy (``MixedPrecision`` or ``MixedPrecisionPolicy``)
+    given ``torch.bfloat16`` literally for a dtype (the SFT trainer of verl 0.3 to
+    0.6, ``fsdp_sft_trainer.py``; PPO's workers take theirs from the
+    configuration). FSDP would cast the fp32 parameters to bf16 for every forward
+    and backward. Each such dtype becomes ``torch.float32`` and the line is marked
+    (``# verl-pascal: ...``), which is how a patched policy is recognised.
 
 Sites are found with the ``ast`` module and rewritten by splicing the source
 text at the nodes' exact positions, so a re-wrapped, reformatted or moved call
@@ -29,7 +36,7 @@ package (docs, tests, examples). ``torch.compile(entropy_from_logits)`` is not
 patched either: ``actor_rollout_ref.actor.use_torch_compile=False`` reaches it.
 
 Patch kinds: the GPU-profile table gives each profile one. ``fp32`` (Pascal,
-sm_6x, and Volta/Turing, sm_7x) patches all three kinds of site: neither has
+sm_6x, and Volta/Turing, sm_7x) patches every kind of site above: neither has
 FlashAttention-2 (it needs sm_80+); sm_7x has fast fp16 but verl's FSDP path
 has no loss scaler for fp16, so fp32 is the only safe choice there too.
 ``none`` changes nothing (Ampere and newer run verl as shipped). The profile's
@@ -78,6 +85,9 @@ ENGINE_VERSION = "1.0.0"
 KIND_AUTOCAST = "autocast_bf16"
 KIND_ATTN = "attn_implementation"
 KIND_BERT = "bert_padding_import"
+# verl's SFT trainer up to 0.6 builds its FSDP mixed-precision policy with literal bf16 parameters
+# (PPO's workers read theirs from the configuration, which the GPU profile sets to fp32).
+KIND_MIXED_PRECISION = "mixed_precision_bf16"
 # verl 0.5.0's HF rollout samples rollout.n responses per prompt although its
 # trainer has already repeated every prompt rollout.n times: n*n per prompt, and
 # GRPO (n > 1) fails at its first step. Right in other releases (0.4.x repeats
@@ -102,7 +112,7 @@ LOGSUMEXP_CHUNK = 512
 KIND_REPLAY_POLL = "replay_poll"
 REPLAY_POLL_PARAM = "poll_interval"
 REPLAY_POLL_S = 0.1
-KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL)
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL)
 GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL})
 KIND_COMPAT = "compat_module"
 
@@ -132,7 +142,8 @@ TEMP_PREFIX = ".verl_patch."  # temporary files beside their target; stray ones 
 # once after the last one), so tests can kill a real run at every write in turn.
 FAULT_ENV = "VERL_PATCH_FAULT_AT_WRITE"
 NEVER_TOUCH = ("verl/utils/torch_dtypes.py",)
-TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "num_return_sequences", "logsumexp", REPLAY_POLL_PARAM)
+TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "MixedPrecision", "num_return_sequences", "logsumexp",
+            REPLAY_POLL_PARAM)
 BERT_MODULE = "flash_attn.bert_padding"
 MARKER = "# verl-pascal:"
 
@@ -149,6 +160,12 @@ AUTOCAST_SIGNATURES: Dict[str, Tuple[str, ...]] = {
     "torch.cpu.amp.autocast_mode.autocast": _AUTOCAST_OLD,
 }
 ATTN_NAMES = ("attn_implementation", "_attn_implementation")
+# FSDP's mixed-precision policies (torch.distributed.fsdp; verl re-exports FSDP2's from verl.utils.fsdp_utils),
+# by the last part of their name, with the dtypes each takes in positional order.
+MIXED_PRECISION_SIGNATURES: Dict[str, Tuple[str, ...]] = {
+    "MixedPrecision": ("param_dtype", "reduce_dtype", "buffer_dtype"),
+    "MixedPrecisionPolicy": ("param_dtype", "reduce_dtype", "output_dtype"),
+}
 
 # Sites that MUST be found in a release: {file: {kind: minimum count}}. The
 # table of each supported release is in its folder (release.yml, patch_sites;
@@ -812,8 +829,57 @@ def find_replay_poll(ctx: ScanContext) -> List[FoundSite]:
     return found
 
 
-FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_rollout_n, find_logsumexp_rows,
-           find_replay_poll)
+MIXED_PRECISION_NOTE = "  %s fp32 parameters and compute (Pascal has no bf16)" % MARKER
+
+
+def mixed_precision_dtypes(ctx: ScanContext, call: ast.Call) -> List[ast.AST]:
+    """The dtypes a call of an FSDP mixed-precision policy is given (by keyword or position); [] for other calls."""
+    name = dotted_name(call.func, ctx.aliases) or ""
+    signature = MIXED_PRECISION_SIGNATURES.get(name.rsplit(".", 1)[-1])
+    if signature is None:
+        return []
+    given = [call_argument(call, param, signature) for param in signature]
+    return [arg for arg in given if arg is not None]
+
+
+def torch_float32(ctx: ScanContext, dtype: ast.AST) -> str:
+    """``torch.float32`` as this file can spell it: through the same module alias as ``dtype``, or any name
+    the file binds to torch."""
+    if isinstance(dtype, ast.Attribute) and dotted_name(dtype.value, ctx.aliases) == "torch":
+        return ctx.src.segment(dtype.value) + ".float32"
+    modules = sorted(local for local, target in ctx.aliases.items() if target == "torch")
+    if modules:
+        return ("torch" if "torch" in modules else modules[0]) + ".float32"
+    raise RewriteError(
+        "%s:%d: a bf16 mixed-precision dtype in a file that does not import torch as a module; "
+        "add this form to verl_patch" % (ctx.rel, src_line(dtype))
+    )
+
+
+def find_mixed_precision(ctx: ScanContext) -> List[FoundSite]:
+    """``MixedPrecision(param_dtype=torch.bfloat16, ...)`` (FSDP1 or FSDP2's policy) -> torch.float32, marked."""
+    found: List[FoundSite] = []
+    for node in ctx.by_type.get(ast.Call, []):
+        assert isinstance(node, ast.Call)
+        dtypes = mixed_precision_dtypes(ctx, node)
+        bf16 = [d for d in dtypes if dotted_name(d, ctx.aliases) == "torch.bfloat16"]
+        if not bf16:
+            if any(dotted_name(d, ctx.aliases) == "torch.float32" and MARKER in ctx.src.line_text(end_line(d))
+                   for d in dtypes):
+                found.append(FoundSite(KIND_MIXED_PRECISION, PATCHED, node))
+            continue
+        if ctx.attn is None:
+            found.append(FoundSite(KIND_MIXED_PRECISION, KEPT, node))
+            continue
+        edits = [Edit(*ctx.src.span(d), torch_float32(ctx, d)) for d in bf16]
+        note_at = line_end_offset(ctx.src, end_line(bf16[0]))
+        edits.append(Edit(note_at, note_at, MIXED_PRECISION_NOTE))
+        found.append(FoundSite(KIND_MIXED_PRECISION, PENDING, node, edits))
+    return found
+
+
+FINDERS = (find_autocasts, find_attn_literals, find_bert_imports, find_mixed_precision, find_rollout_n,
+           find_logsumexp_rows, find_replay_poll)
 
 
 def src_line(node: ast.AST) -> int:
@@ -848,9 +914,9 @@ def scan_text(
 
 def to_site(rel: str, src: SourceText, found: FoundSite) -> Site:
     start, end = src.span(found.node)
-    if found.kind == KIND_BERT and found.edits:  # the rewrite covers whole lines
-        start = min(start, found.edits[0].start)
-        end = max(end, found.edits[0].end)
+    if found.kind in (KIND_BERT, KIND_MIXED_PRECISION) and found.edits:  # whole lines; the note at a line's end
+        start = min([start] + [e.start for e in found.edits])
+        end = max([end] + [e.end for e in found.edits])
     growth = sum(len(e.text) - (e.end - e.start) for e in found.edits)
     after = apply_edits(src.text, found.edits)[start : end + growth]
     node_start, node_end = src.span(found.node)

@@ -9,7 +9,8 @@ Two kinds of input:
   in odd but valid ways, to show that sites are found by syntax, not by text.
 
 The expected counts below were read off the sdists by hand (grep for
-``autocast(``, ``flash_attention_2`` and ``flash_attn.bert_padding``), not
+``autocast(``, ``flash_attention_2``, ``flash_attn.bert_padding`` and
+``MixedPrecision``), not
 taken from the engine's table, so a scanner that misses a site fails here.
 """
 
@@ -37,6 +38,7 @@ from module_utils.verl_patch import (
     KIND_AUTOCAST,
     KIND_BERT,
     KIND_LOGSUMEXP,
+    KIND_MIXED_PRECISION,
     KIND_REPLAY_POLL,
     KIND_ROLLOUT_N,
     PATCHED,
@@ -63,14 +65,14 @@ EXPECTED = DATA / "expected"
 # Per release: sites of each kind that the patcher must find, and a few of
 # them by file and line.
 REAL_COUNTS: Dict[str, Dict[str, int]] = {
-    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 1},
-    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 0},
-    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
-    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
-    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_ROLLOUT_N: 1, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
-    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
-    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
-    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.9.1": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 1},
+    "0.8.0": {KIND_AUTOCAST: 3, KIND_ATTN: 5, KIND_BERT: 5, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 1, KIND_REPLAY_POLL: 0},
+    "0.7.1": {KIND_AUTOCAST: 4, KIND_ATTN: 7, KIND_BERT: 9, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.6.1": {KIND_AUTOCAST: 5, KIND_ATTN: 8, KIND_BERT: 10, KIND_MIXED_PRECISION: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.5.0": {KIND_AUTOCAST: 6, KIND_ATTN: 7, KIND_BERT: 13, KIND_MIXED_PRECISION: 2, KIND_ROLLOUT_N: 1, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.4.1": {KIND_AUTOCAST: 5, KIND_ATTN: 6, KIND_BERT: 12, KIND_MIXED_PRECISION: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.4.0": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 13, KIND_MIXED_PRECISION: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
+    "0.3.0.post1": {KIND_AUTOCAST: 5, KIND_ATTN: 4, KIND_BERT: 12, KIND_MIXED_PRECISION: 1, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0},
 }
 REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
     "0.9.1": [
@@ -98,6 +100,8 @@ REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
         ("verl/utils/attention_utils.py", 30, KIND_BERT),
     ],
     "0.6.1": [
+        ("verl/trainer/fsdp_sft_trainer.py", 285, KIND_MIXED_PRECISION),  # SFT: FSDP1's bf16 parameters
+        ("verl/trainer/fsdp_sft_trainer.py", 320, KIND_MIXED_PRECISION),  # and FSDP2's
         ("verl/workers/critic/dp_critic.py", 61, KIND_AUTOCAST),
         ("verl/workers/fsdp_workers.py", 1728, KIND_AUTOCAST),
         ("verl/workers/rollout/hf_rollout.py", 111, KIND_AUTOCAST),
@@ -107,6 +111,8 @@ REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
         ("verl/utils/attention_utils.py", 28, KIND_BERT),
     ],
     "0.5.0": [
+        ("verl/trainer/fsdp_sft_trainer.py", 265, KIND_MIXED_PRECISION),  # SFT: FSDP1's bf16 parameters
+        ("verl/trainer/fsdp_sft_trainer.py", 299, KIND_MIXED_PRECISION),  # and FSDP2's
         ("verl/workers/actor/dp_actor.py", 100, KIND_AUTOCAST),
         ("verl/workers/critic/dp_critic.py", 66, KIND_AUTOCAST),
         ("verl/workers/rollout/hf_rollout.py", 109, KIND_AUTOCAST),
@@ -121,14 +127,18 @@ REAL_LINES: Dict[str, List[Tuple[str, int, str]]] = {
         ("verl/workers/critic/dp_critic.py", 38, KIND_BERT),
     ],
     "0.4.1": [
+        ("verl/trainer/fsdp_sft_trainer.py", 224, KIND_MIXED_PRECISION),
+        ("verl/trainer/fsdp_sft_trainer.py", 256, KIND_MIXED_PRECISION),
         ("verl/workers/actor/dp_actor.py", 100, KIND_AUTOCAST),
         ("verl/workers/critic/dp_critic.py", 65, KIND_AUTOCAST),
         ("verl/workers/fsdp_workers.py", 221, KIND_ATTN),
         ("verl/workers/fsdp_workers.py", 910, KIND_ATTN),
         ("verl/workers/actor/dp_actor.py", 42, KIND_BERT),
     ],
-    "0.4.0": [("verl/workers/critic/dp_critic.py", 24, KIND_BERT), ("verl/workers/critic/dp_critic.py", 44, KIND_BERT)],
-    "0.3.0.post1": [("verl/workers/actor/dp_actor.py", 74, KIND_AUTOCAST)],
+    "0.4.0": [("verl/workers/critic/dp_critic.py", 24, KIND_BERT), ("verl/workers/critic/dp_critic.py", 44, KIND_BERT),
+              ("verl/trainer/fsdp_sft_trainer.py", 263, KIND_MIXED_PRECISION)],
+    "0.3.0.post1": [("verl/workers/actor/dp_actor.py", 74, KIND_AUTOCAST),
+                    ("verl/trainer/fsdp_sft_trainer.py", 237, KIND_MIXED_PRECISION)],
 }
 # The releases the verl role installs (a folder with a dependency lock), and every folder.
 REQUIRED_VERSIONS = tuple(verl_releases.sdists())
@@ -404,6 +414,11 @@ def _calls_text(text: str) -> List[str]:
     return re.findall(r"autocast\((?:[^()]|\([^()]*\))*\)", text)
 
 
+def _policies_text(text: str) -> List[str]:
+    """Source of every call of an FSDP mixed-precision policy (plain text regex, not the engine)."""
+    return re.findall(r"MixedPrecision(?:Policy)?\((?:[^()]|\([^()]*\))*\)", text)
+
+
 def _literals(text: str, value: str) -> List[str]:
     """String tokens of ``text`` whose value is exactly ``value`` (the tokenizer, not the engine's AST)."""
     import io
@@ -440,6 +455,8 @@ def test_real_sdist_patched_tree_has_no_site_left_by_plain_text(real_tree: Path)
         assert len(_literals(text, "flash_attention_2")) == NAMING_NOT_ASKING.get(version, {}).get(rel, 0), rel
         for call in _calls_text(text):
             assert "bfloat16" not in call or "enabled=False" in call, (rel, call)
+        for call in _policies_text(text):  # FSDP's parameters in bf16 (verl's SFT trainer up to 0.6)
+            assert "bfloat16" not in call, (rel, call)
         lines = text.splitlines()
         for number, line in enumerate(lines):
             if re.match(r"\s*from flash_attn\.bert_padding import", line):
@@ -528,6 +545,131 @@ def test_real_sdist_unsupported_version_is_refused(real_tree: Path) -> None:
     assert json.loads(probe.stdout)["table_entry"] == ungated
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--allow-unsupported").returncode == 0
     assert run_cli("--source", str(real_tree), "--profile", "pascal", "--check", "--allow-unsupported").returncode == 0
+
+
+# The releases whose SFT trainer verl-ppo --sft runs (an `sft` table in the folder), and those among them
+# whose trainer hard-codes its FSDP policies' bf16 parameters.
+SFT_VERSIONS = [v for v in ALL_VERSIONS if verl_releases.read(v).get("sft")]
+SFT_POLICY_VERSIONS = [v for v in SFT_VERSIONS
+                       if any(KIND_MIXED_PRECISION in kinds for kinds in RELEASES[v].values())]
+
+
+def _module_file(root: Path, module: str) -> Optional[Path]:
+    base = root.joinpath(*module.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported(node: ast.AST, package: str) -> List[str]:
+    """The modules an import statement may load (a from-import's names may be modules), absolute."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    return [base] + [base + "." + a.name for a in node.names]
+
+
+def verl_imports(root: Path, module: str, top_level_only: bool) -> Dict[str, Path]:
+    """Every module of the verl package that importing ``module`` can load ({module: file}): its imports,
+    theirs and so on, with each package's __init__; ``top_level_only``: only the statements that run on
+    import (a function's own imports run when it is called)."""
+    found: Dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = _module_file(root, name)
+        if name in found or path is None:
+            continue
+        found[name] = path
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in (tree.body if top_level_only else ast.walk(tree)):
+            for target in _imported(node, package):
+                parts = target.split(".")
+                if parts[0] == "verl":
+                    todo.extend(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return found
+
+
+def unpatched_sites(root: Path, files: Dict[str, Path]) -> List[str]:
+    """The sites in ``files`` the project's scanner finds still as released (bf16, FlashAttention-2, flash-attn)."""
+    left: List[str] = []
+    for path in files.values():
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text(encoding="utf-8")
+        for site in verl_patch.scan_text(text, rel, None, "sdpa"):
+            if site.state == verl_patch.KEPT:
+                left.append("%s:%d %s" % (rel, site.node.lineno, site.kind))  # type: ignore[attr-defined]
+    return left
+
+
+#: The configuration switches that keep Triton out of a run (torch.compile's Inductor, Liger's kernels): the
+#: SFT overrides turn each off wherever the trainer's configuration has it (tests/test_release_configs.py).
+TRITON_SWITCHES = {"use_torch_compile", "use_liger"}
+
+
+def triton_entries(root: Path, files: Dict[str, Path]) -> List[Tuple[str, int, List[str]]]:
+    """Each torch.compile call and Liger or Triton import in ``files``, with the names its enclosing
+    conditions test (``config.use_liger``, ``config.get("use_liger")``): (file, line, names)."""
+    entries: List[Tuple[str, int, List[str]]] = []
+    for path in files.values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            compiled = isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.compile"
+            imports = [m.split(".")[0] for m in _imported(node, "verl")]
+            if not (compiled or {"liger_kernel", "triton"} & set(imports)):
+                continue
+            names, at = set(), node
+            while at in parents:
+                at = parents[at]
+                if isinstance(at, (ast.If, ast.IfExp)):
+                    names |= {n.attr for n in ast.walk(at.test) if isinstance(n, ast.Attribute)}
+                    names |= {n.id for n in ast.walk(at.test) if isinstance(n, ast.Name)}
+                    names |= {n.value for n in ast.walk(at.test) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            entries.append((path.relative_to(root).as_posix(), node.lineno, sorted(names)))  # type: ignore[attr-defined]
+    return entries
+
+
+@pytest.mark.parametrize("real_tree", SFT_VERSIONS, indirect=True)
+def test_the_sft_trainer_and_all_it_imports_are_left_with_no_bf16_flash_or_unswitched_triton(real_tree: Path) -> None:
+    """verl-ppo --sft runs the release's SFT trainer under P40 rules: after the patch, no module of verl that
+    the trainer can import (its imports, theirs, and those a function makes when called) holds a bf16 autocast
+    or FSDP policy, a FlashAttention-2 request or a bare flash-attn import, by the project's own scanner; and
+    every torch.compile and Liger or Triton import that loads with it sits behind a switch the SFT overrides
+    turn off. Before the patch the same modules hold such sites: the SFT path needs the patch."""
+    version = real_tree.name[len("verl-"):]
+    module = verl_releases.read(version)["sft"]["module"]
+    files = verl_imports(real_tree, module, top_level_only=False)
+    trainer = "verl/trainer/%s.py" % module.rsplit(".", 1)[-1]
+    assert trainer in {p.relative_to(real_tree).as_posix() for p in files.values()}
+    assert unpatched_sites(real_tree, files), "the SFT path had nothing to patch: this test would prove nothing"
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert unpatched_sites(real_tree, files) == []
+    entries = triton_entries(real_tree, verl_imports(real_tree, module, top_level_only=True))
+    assert [e for e in entries if not TRITON_SWITCHES & set(e[2])] == []
+
+
+@pytest.mark.parametrize("real_tree", SFT_POLICY_VERSIONS, indirect=True)
+def test_an_sft_policy_site_moved_upstream_fails_and_writes_nothing(real_tree: Path) -> None:
+    """verl's SFT trainer (0.5.0, 0.6.1) gives FSDP literal bf16 parameters; a release whose trainer takes them
+    from elsewhere is refused, naming the file, rather than run with the patch left out."""
+    trainer = real_tree / "verl/trainer/fsdp_sft_trainer.py"
+    text = trainer.read_text()
+    assert text.count("param_dtype=torch.bfloat16") == 2
+    trainer.write_text(text.replace("param_dtype=torch.bfloat16", "param_dtype=self.param_dtype"))
+    before = snapshot(real_tree)
+    with pytest.raises(UpstreamChangedError, match=r"fsdp_sft_trainer\.py: mixed_precision_bf16 expected >= 2, found 0"):
+        make_plan(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    proc = run_cli("--source", str(real_tree), "--profile", "pascal")
+    assert proc.returncode == 2 and "fsdp_sft_trainer.py" in proc.stderr
+    assert snapshot(real_tree) == before
 
 
 @pytest.mark.parametrize("real_tree", ["0.5.0"], indirect=True)
@@ -637,15 +779,18 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
-    assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py"}
+    policies = [s for s in plan.sites if s.file == "verl/workers/mixed_precision_forms.py"]
+    assert {(s.line, s.kind, s.state) for s in policies} == {(n, KIND_MIXED_PRECISION, PENDING) for n in (10, 11, 16, 17)}
+    assert {s.file for s in plan.sites} == {"verl/workers/odd_forms.py", "verl/workers/uses_padding.py",
+                                            "verl/workers/mixed_precision_forms.py"}
     assert plan.warnings and "not supported" in plan.warnings[0]
 
 
 def test_synthetic_rewrite_is_exact(synthetic: Path) -> None:
     patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
-    for name in ("odd_forms.py", "uses_padding.py"):
+    for name in ("odd_forms.py", "uses_padding.py", "mixed_precision_forms.py"):
         assert (synthetic / "verl/workers" / name).read_bytes() == (EXPECTED / name).read_bytes(), name
     for rel in ("verl/utils/torch_dtypes.py", "tests/outside_package.py", "verl/__init__.py"):
         assert (synthetic / rel).read_bytes() == (SYNTHETIC / rel).read_bytes(), rel
@@ -759,10 +904,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_MIXED_PRECISION: 4, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()

@@ -188,6 +188,20 @@ def test_recovery_killed_at_every_write_is_completed_by_the_next_run(
         assert_repaired_by_a_rerun(tree, reference, "recovery M=%d" % m)
 
 
+def test_a_patch_killed_half_way_and_completed_leaves_the_sft_trainer_fp32(
+    pristine: Path, reference: Dict[str, bytes], tmp_path: Path
+) -> None:
+    """verl-ppo --sft runs fsdp_sft_trainer.py: its FSDP policies' bf16 parameters are among what a killed
+    patch's re-run completes."""
+    rel = "verl/trainer/fsdp_sft_trainer.py"
+    assert rel in changed_files(pristine, reference)
+    tree = _killed_half_way(pristine, reference, tmp_path / "tree")
+    assert run_cli(tree).returncode == 0
+    text = (tree / rel).read_text()
+    assert "param_dtype=torch.bfloat16" not in text and text.count("param_dtype=torch.float32") == 2
+    assert run_cli(tree, "--check").returncode == 0
+
+
 def test_file_changed_since_the_interruption_is_refused(
     pristine: Path, reference: Dict[str, bytes], tmp_path: Path
 ) -> None:

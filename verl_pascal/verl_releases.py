@@ -67,6 +67,16 @@ def _is_overrides_map(value: Any) -> bool:
     return isinstance(value, dict) and all(_is_str(k) and _is_strings(v) for k, v in value.items())
 
 
+#: The keys of a release's ``sft`` table (the launch script's --sft): three names, then overrides.
+SFT_NAMES = ("module", "config", "model_key")
+
+
+def _is_sft(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) <= {*SFT_NAMES, "overrides", "profile_overrides"}
+            and all(_is_str(value.get(name)) for name in SFT_NAMES)
+            and _is_strings(value.get("overrides", [])) and _is_overrides_map(value.get("profile_overrides", {})))
+
+
 def _is_gib(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0)
 
@@ -86,6 +96,8 @@ OPTIONAL: Dict[str, Check] = {
     "profile_overrides": ("a mapping {patch kind: [Hydra overrides]}", _is_overrides_map),
     "host_processes": ("a mapping {process: Hydra key}", _is_str_map),
     "host_memory_gib": ("a positive number of GiB, or null", _is_gib),
+    "sft": ("a mapping with module, config and model_key (strings), overrides (a list of Hydra overrides) "
+            "and profile_overrides ({patch kind: [Hydra overrides]})", _is_sft),
 }
 
 
