@@ -429,3 +429,64 @@ def test_the_converter_leaves_data_another_pyarrow_wrote(tmp_path: Path) -> None
     again = run_cli("--generate", "8", "--out", str(out))
     assert again.returncode == 0 and not any(v["changed"] for v in json.loads(again.stdout).values())
     assert {s: (out / f"{s}.parquet").read_bytes() for s in ("train", "test")} == rewritten
+
+
+# --- SFT rows (gsm8k-to-verl --sft; verl-ppo --sft trains on them) -----------------------------------------
+
+
+def test_an_sft_row_is_rls_prompt_and_gsm8ks_answer_as_two_texts_and_a_conversation() -> None:
+    row = gsm8k.to_sft_row(GSM8K_ROW["question"], GSM8K_ROW["answer"], "train", 3)
+    rl = gsm8k.to_verl_row(GSM8K_ROW["question"], GSM8K_ROW["answer"], "train", 3)
+    prompt = rl["prompt"][0]["content"]  # the text RL's rollout is prompted with
+    assert row == {
+        "prompt": prompt,
+        "response": GSM8K_ROW["answer"],
+        "messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": GSM8K_ROW["answer"]}],
+        "extra_info": {"split": "train", "index": 3},
+    }
+    assert set(gsm8k.SFT_COLUMNS) <= set(row)
+
+
+@pytest.mark.parametrize(("row", "problem"), [
+    ({"question": "q", "answer": "no number"}, "no '#### <number>' final answer"),  # RL's reward could not score it
+    ({"question": "q"}, "no 'answer' field"),
+    ({"question": "q", "answer": 5}, "answer is int, not text"),
+    ({"extra_info": {"question": "q"}}, "no 'answer' field"),
+])
+def test_a_bad_row_is_refused_for_sft_as_for_rl(row: dict, problem: str) -> None:
+    for make in (gsm8k.to_verl_row, gsm8k.to_sft_row):
+        with pytest.raises(gsm8k.DataError) as info:
+            gsm8k.convert([GSM8K_ROW, row], "train", make=make)
+        assert str(info.value).startswith(f"row 1: {problem}"), make
+
+
+def test_cli_sft_writes_the_columns_verl_reads_and_from_the_staged_rl_files_the_same_rows(tmp_path: Path) -> None:
+    """--sft from GSM8K files, and from the RL files this converter wrote of them (what the launch role
+    staged): the same SFT rows, the same prompts RL is given."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(GSM8K_ROW) for _ in range(3)) + "\n")
+    files = ["--train-file", str(tmp_path / "train.jsonl"), "--test-file", str(tmp_path / "test.jsonl")]
+    assert run_cli(*files, "--out", str(tmp_path / "rl")).returncode == 0
+    proc = run_cli(*files, "--sft", "--out", str(tmp_path / "sft"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["train"]["rows"] == 3
+    staged = run_cli("--sft", "--train-file", str(tmp_path / "rl" / "train.parquet"),
+                     "--test-file", str(tmp_path / "rl" / "test.parquet"), "--out", str(tmp_path / "sft-from-rl"))
+    assert staged.returncode == 0, staged.stderr
+    for split in ("train", "test"):
+        rows = pq.read_table(str(tmp_path / "sft" / f"{split}.parquet")).to_pylist()
+        assert rows == pq.read_table(str(tmp_path / "sft-from-rl" / f"{split}.parquet")).to_pylist()
+        rl = pq.read_table(str(tmp_path / "rl" / f"{split}.parquet")).to_pylist()
+        assert [r["prompt"] for r in rows] == [r["prompt"][0]["content"] for r in rl]
+        assert [r["messages"][1] for r in rows] == [{"role": "assistant", "content": GSM8K_ROW["answer"]}] * 3
+        assert [r["extra_info"] for r in rows] == [{"split": split, "index": i} for i in range(3)]
+
+
+def test_cli_sft_names_the_line_of_a_bad_row_and_writes_nothing(tmp_path: Path) -> None:
+    bad = _jsonl(tmp_path / "qa.jsonl", GOOD, b'{"question": "q", "answer": "forty-two"}')
+    proc = run_cli("--sft", "--train-file", str(bad), "--test-file", str(bad), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"gsm8k-to-verl: {bad}:2: no '#### <number>' final answer")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []

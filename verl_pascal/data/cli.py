@@ -1,7 +1,8 @@
 """gsm8k-to-verl: GSM8K (a local .jsonl/.parquet file, the HF hub at a pinned
-revision, or generated problems) to verl's train/test parquet files. Both
-files are written, or neither; bad input is reported as "where: what is
-wrong" with exit status 2."""
+revision, or generated problems) to verl's train/test parquet files, for RL
+or, with --sft, for verl's SFT trainer (verl-ppo --sft reads them from the
+data directory's sft/). Both files are written, or neither; bad input is
+reported as "where: what is wrong" with exit status 2."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--revision", help="hub revision (a commit) to pin with --hub")
     p.add_argument("--seed", type=int, default=0, help="seed for --generate")
     p.add_argument("--limit", type=_positive, metavar="N", help="keep at most N (1 or more) rows per split")
+    p.add_argument("--sft", action="store_true",
+                   help="write rows for verl's SFT trainer (prompt, response, messages) instead of RL's; a source "
+                        "may also be RL files this command wrote")
     p.add_argument("--out", required=True, help="directory for train.parquet and test.parquet")
     args = p.parse_args(argv)
     if args.train_file and not args.test_file:
@@ -74,7 +78,8 @@ def source_rows(args: argparse.Namespace, split: str) -> Iterable[gsm8k.Located]
 
 def converted(args: argparse.Namespace, split: str) -> List[Dict[str, Any]]:
     """The split as verl rows; DataError when it has none."""
-    rows = gsm8k.convert_located(source_rows(args, split), split, args.limit)
+    make = gsm8k.to_sft_row if args.sft else gsm8k.to_verl_row
+    rows = gsm8k.convert_located(source_rows(args, split), split, args.limit, make)
     if not rows:
         raise gsm8k.DataError(f"{source_name(args, split)}: no rows (an empty {split} split cannot be trained on)")
     return rows

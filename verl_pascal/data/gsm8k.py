@@ -1,11 +1,21 @@
 """Convert GSM8K rows to verl's schema (verl's examples/data_preprocess/gsm8k.py).
 
-Each output row:
+Each output row for RL (verl's main_ppo):
   data_source  "openai/gsm8k" (selects verl's rule reward verl/utils/reward_score/gsm8k.py)
   prompt       [{"role": "user", "content": question + INSTRUCTION}]
   ability      "math"
   reward_model {"style": "rule", "ground_truth": the number after "####"}
   extra_info   {"split", "index", "answer", "question"}
+
+Each output row for SFT (verl's SFT trainer, ``verl-ppo --sft``), the same prompt and the answer:
+  prompt       question + INSTRUCTION (text; verl up to 0.6 reads it as data.prompt_key)
+  response     the answer, ending in "#### <number>" (data.response_key)
+  messages     [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+               (verl from 0.7 reads the conversation, data.messages_key)
+  extra_info   {"split", "index"}
+
+A source row is GSM8K's {"question", "answer"}, or a row this converter wrote for RL
+(its extra_info holds them), so the RL files already staged can be turned into SFT files.
 
 Every input row travels with its location ("train.jsonl:12", "train.parquet: row 3"),
 so a bad row is reported as "where: what is wrong". The row logic needs only the
@@ -66,6 +76,37 @@ def to_verl_row(question: str, answer: str, split: str, index: int) -> Dict[str,
     }
 
 
+#: The columns of an SFT row, as the release folders' ``sft.overrides`` name them to verl.
+SFT_PROMPT = "prompt"
+SFT_RESPONSE = "response"
+SFT_MESSAGES = "messages"
+SFT_COLUMNS = (SFT_PROMPT, SFT_RESPONSE, SFT_MESSAGES)
+
+
+def to_sft_row(question: str, answer: str, split: str, index: int) -> Dict[str, Any]:
+    """A row verl's SFT trainer learns from: RL's prompt and GSM8K's answer, whose final "#### <number>"
+    (the form RL's reward reads) must be there."""
+    extract_solution(answer)
+    prompt = question + INSTRUCTION
+    return {
+        SFT_PROMPT: prompt,
+        SFT_RESPONSE: answer,
+        SFT_MESSAGES: [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+#: Makes an output row from (question, answer, split, index): to_verl_row (RL) or to_sft_row.
+RowMaker = Callable[[str, str, str, int], Dict[str, Any]]
+
+
+def question_answer(row: Any) -> Tuple[str, str]:
+    """(question, answer) of a GSM8K row, or of a row this converter wrote for RL (in its extra_info)."""
+    if isinstance(row, Mapping) and "question" not in row and isinstance(row.get("extra_info"), Mapping):
+        row = row["extra_info"]
+    return text_field(row, "question"), text_field(row, "answer")
+
+
 def text_field(row: Any, name: str) -> str:
     """row[name] as text; DataError for a row that is not an object, or a missing, null or non-text field."""
     if not isinstance(row, Mapping):
@@ -98,22 +139,24 @@ def numbered(rows: Iterable[Any], label: str = "") -> Iterator[Located]:
         yield f"{prefix}row {index}", row
 
 
-def convert_located(rows: Iterable[Located], split: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-    """Located GSM8K rows to verl rows, at most `limit` of them; errors name the location."""
+def convert_located(rows: Iterable[Located], split: str, limit: Optional[int] = None,
+                    make: RowMaker = to_verl_row) -> List[Dict[str, Any]]:
+    """Located GSM8K rows to verl rows (``make``: RL's, or SFT's), at most `limit` of them; errors name the location."""
     out: List[Dict[str, Any]] = []
     for where, row in rows:
         if limit is not None and len(out) >= limit:
             break
         try:
-            out.append(to_verl_row(text_field(row, "question"), text_field(row, "answer"), split, len(out)))
+            out.append(make(*question_answer(row), split, len(out)))
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from exc
     return out
 
 
-def convert(rows: Iterable[Any], split: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-    """GSM8K rows ({question, answer}) to verl rows, at most `limit` of them."""
-    return convert_located(numbered(rows), split, limit)
+def convert(rows: Iterable[Any], split: str, limit: Optional[int] = None,
+            make: RowMaker = to_verl_row) -> List[Dict[str, Any]]:
+    """GSM8K rows ({question, answer}) to verl rows (RL's, or ``make``'s), at most `limit` of them."""
+    return convert_located(numbered(rows), split, limit, make)
 
 
 def nesting_depth(text: str, stop: int) -> int:
