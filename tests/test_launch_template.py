@@ -17,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+from verl_pascal import verl_releases  # noqa: E402
 from verl_pascal.launch import render as launch_render  # noqa: E402
 
 PLACEBOS = ("TRITON_MAX_SHARED_MEMORY", "VLLM_DTYPE", "VLLM_NO_LONG_CTX_OPTIMIZATION", "cpu_offload", "offload_params")
@@ -366,13 +367,15 @@ def test_help_lists_every_option(tmp_path: Path) -> None:
 
 def test_a_releases_own_overrides_reach_the_script_and_nothing_else_changes_with_the_version(
         tmp_path: Path) -> None:
-    """A release folder's hydra_overrides are passed on every profile; a release without any
-    renders the same script as another, so an upgrade does not rewrite it."""
+    """A release folder's hydra_overrides are passed on every profile; a release without any (and with
+    the same SFT table) renders the same script as another, so an upgrade does not rewrite it."""
     releases = {"0.5.0": {"hydra_overrides": ["+trainer.release_key=1"]}, "0.4.1": {"hydra_overrides": []}}
     argv = dry_run_args(render(tmp_path, verl_releases=releases, verl_version="0.5.0"))
     assert argv[-1] == "+trainer.release_key=1"
-    old = launch_render.render({**BASE, "verl_version": "0.4.1"})
-    new = launch_render.render({**BASE, "verl_version": "0.5.0"})
+    folders = verl_releases.available()
+    same_sft = {**folders, "0.4.1": {**folders["0.4.1"], "sft": folders["0.5.0"]["sft"]}}
+    old = launch_render.render({**BASE, "verl_version": "0.4.1", "verl_releases": same_sft})
+    new = launch_render.render({**BASE, "verl_version": "0.5.0", "verl_releases": same_sft})
     assert old == new and "own keys" not in new
 
 
@@ -444,3 +447,174 @@ def test_verls_helper_processes_are_sized_for_the_cluster_not_a_large_server(
 def test_each_release_gets_the_sizing_keys_its_folder_names(tmp_path: Path, version: str, keys: set) -> None:
     argv = dry_run_args(render(tmp_path, verl_version=version))
     assert {a.split("=")[0].lstrip("+") for a in argv if a.startswith("++") and "num_" in a} == keys
+
+
+# --- Supervised fine-tuning (--sft) ------------------------------------------------------------------------
+
+#: The releases whose folder has an sft table: verl-ppo --sft runs their SFT trainer.
+SFT_VERSIONS = [v for v in verl_releases.versions() if verl_releases.read(v).get("sft")]
+
+# A STAND-IN for the env's python in an SFT run: verl's SFT trainer's `--cfg job` prints a configuration
+# (or, with $here/reject, verl's complaint), torchrun "trains" by writing what verl's checkpoint manager
+# writes at the last step (the tracker, the step's huggingface/ model; with $here/no-model, no model).
+SFT_STANDIN_PYTHON = """#!/bin/sh
+here=$(dirname "$0")/..
+echo "$*" >>"$here/seen.argv"
+if [ "$3" = --cfg ]; then
+  [ -e "$here/reject" ] && { echo "Could not override 'data.nokey'" >&2; exit 1; }
+  printf 'data:\\n  max_length: 512\\n'
+  exit 0
+fi
+if [ "$2" = torch.distributed.run ]; then
+  for arg in "$@"; do
+    case "$arg" in trainer.default_local_dir=*) ckpt=${arg#trainer.default_local_dir=} ;; esac
+  done
+  mkdir -p "$ckpt/global_step_3/huggingface"
+  echo '{}' >"$ckpt/global_step_3/huggingface/config.json"
+  [ -e "$here/no-model" ] || : >"$ckpt/global_step_3/huggingface/model.safetensors"
+  echo 3 >"$ckpt/latest_checkpointed_iteration.txt"
+  echo "step:3 - train/loss:0.5"
+fi
+"""
+
+
+def sft_box(box: Path, version: str = "0.5.0") -> tuple[Path, Path]:
+    """A box with the SFT stand-in python, the SFT data staged, and its launch script."""
+    env = box / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").write_text(SFT_STANDIN_PYTHON)
+    (env / "bin" / "python").chmod(0o755)
+    env.chmod(0o777)
+    data = box / "data"
+    (data / "sft").mkdir(parents=True)
+    for split in ("train", "test"):
+        (data / "sft" / f"{split}.parquet").write_bytes(b"PAR1")
+    script = render(box, verl_version=version, conda_env_prefix=str(env), launch_runs_dir=str(box / "runs"),
+                    launch_data_dir=str(data))
+    return env, script
+
+
+@pytest.mark.parametrize("version", SFT_VERSIONS)
+def test_the_sft_mode_of_every_release_is_valid_bash_and_shellcheck_clean(tmp_path: Path, version: str) -> None:
+    script = render(tmp_path, verl_version=version)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "--sft" in run(script, "--help").stdout
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (make setup installs it)")
+    proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("version", SFT_VERSIONS)
+def test_sft_dry_run_is_torchrun_of_the_releases_trainer_with_its_p40_keys(tmp_path: Path, version: str) -> None:
+    """--sft runs the release's own SFT trainer with torchrun on this box's GPUs, on RL's model and lengths,
+    the converter's files, and its folder's keys for the fp32 profile; extra overrides win."""
+    sft = verl_releases.read(version)["sft"]
+    script = render(tmp_path, verl_version=version,
+                    launch_cluster={"managed": False, "hosts": ["p40-box"], "head": "p40-box", "nnodes": 1,
+                                    "n_gpus_per_node": 2})
+    argv = dry_run_args(script, "--sft", "trainer.total_epochs=3")
+    assert argv[:8] == ["/opt/miniforge3/envs/verl-p40/bin/python", "-m", "torch.distributed.run", "--standalone",
+                        "--nnodes=1", "--nproc_per_node=2", "-m", sft["module"]]
+    overrides = argv[8:]
+    for expected in [f"{sft['model_key']}=/opt/verl-pascal/models/Qwen2.5-0.5B-Instruct",
+                     "data.train_files=/opt/verl-pascal/data/gsm8k/sft/train.parquet",
+                     "data.val_files=/opt/verl-pascal/data/gsm8k/sft/test.parquet",
+                     "data.max_length=512", "data.micro_batch_size_per_gpu=4", "trainer.logger=[console,tensorboard]",
+                     *sft["overrides"], *sft["profile_overrides"]["fp32"]]:
+        assert expected in overrides, expected
+    assert overrides[-1] == "trainer.total_epochs=3"
+    # P40 rules, however the release spells them: no padding removal (flash-attn varlen), no Liger (Triton).
+    assert [o for o in overrides if o.endswith("use_remove_padding=False")]
+    assert [o for o in overrides if o.endswith("use_liger=False")]
+    assert not [o for o in overrides if "actor_rollout_ref" in o or "critic" in o]
+
+
+def test_sft_keeps_verls_defaults_where_the_gpu_runs_them(tmp_path: Path) -> None:
+    argv = dry_run_args(render(tmp_path, verl_version="0.9.1", launch_profile="native"), "--sft")
+    assert not [a for a in argv if "fp32" in a or "use_liger" in a or "use_torch_compile" in a]
+    assert "checkpoint.save_contents=[model,optimizer,extra,hf_model]" in argv
+
+
+def test_a_release_without_an_sft_table_says_so(tmp_path: Path) -> None:
+    proc = run(render(tmp_path, verl_version="0.4.1"), "--sft", "--dry-run")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("verl-ppo: the installed verl has no SFT trainer verl-ppo runs "
+                           "(its release folder has no sft table)\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sft", "--algo", "grpo"], "--algo chooses the RL algorithm; --sft runs verl's SFT trainer"),
+    (["--sft", "--resume"], "one of --sft, --resume, --export, --report and --tensorboard at a time"),
+    (["--export", "--sft"], "one of --sft, --resume, --export, --report and --tensorboard at a time"),
+])
+def test_sft_is_a_run_of_its_own(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = run(render(tmp_path), *args)
+    assert proc.returncode == 2 and proc.stderr == f"verl-ppo: {message}\n"
+
+
+def test_an_sft_run_trains_in_its_own_run_directory_and_prints_the_model_rl_starts_from(box: Path) -> None:
+    env, script = sft_box(box)
+    proc = run_as_user(script, "--sft", "trainer.total_epochs=2")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (box / "runs" / "sft").iterdir()
+    model = run_dir / "checkpoints" / "global_step_3" / "huggingface"
+    compose_call, train_call = (env / "seen.argv").read_text().splitlines()
+    assert compose_call.startswith("-m verl.trainer.fsdp_sft_trainer --cfg job ")
+    assert train_call.startswith("-m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=1 "
+                                 "-m verl.trainer.fsdp_sft_trainer ")
+    assert train_call.endswith(f"trainer.total_epochs=2 trainer.default_local_dir={run_dir}/checkpoints")
+    assert compose_call.split(" --cfg job ")[1] == train_call.split(" -m verl.trainer.fsdp_sft_trainer ")[1]
+    assert (run_dir / "config.yaml").read_text() == "data:\n  max_length: 512\n"
+    assert "step:3" in (run_dir / "train.log").read_text()
+    assert shlex.split((run_dir / "command.sh").read_text())[-1] == f"trainer.default_local_dir={run_dir}/checkpoints"
+    lines = proc.stdout.splitlines()
+    assert lines[-2] == f"verl-ppo: the SFT model, in Hugging Face format: {model}"
+    rl = shlex.split(lines[-1].split("RL from it: ", 1)[1].split("(GRPO", 1)[0])
+    assert rl == [str(script), f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}"]
+    # RL's --resume, --export and --report never take an SFT run for one of theirs.
+    for action in ("--resume", "--export", "--report"):
+        other = run(script, action, "--dry-run")
+        assert other.returncode == 2 and "no run under" in other.stderr, (action, other.stderr)
+
+
+def test_an_sft_run_without_its_data_names_the_command_that_writes_it(box: Path) -> None:
+    env, script = sft_box(box)
+    shutil.rmtree(box / "data" / "sft")
+    proc = run_as_user(script, "--sft")
+    assert proc.returncode == 2 and not (box / "runs").exists()
+    assert proc.stderr.startswith(f"verl-ppo: no SFT data at {box}/data/sft/train.parquet; write it from")
+    command = proc.stderr.split("staged beside it: ", 1)[1].split("(or from", 1)[0]
+    assert shlex.split(command) == [str(env / "bin" / "python"), "-m", "verl_pascal.data.cli", "--sft",
+                                    "--train-file", f"{box}/data/train.parquet", "--test-file",
+                                    f"{box}/data/test.parquet", "--out", f"{box}/data/sft"]
+
+
+def test_an_sft_configuration_verl_rejects_stops_before_training_and_leaves_no_run_directory(box: Path) -> None:
+    env, script = sft_box(box)
+    (env / "reject").touch()
+    for mode in ([], ["--check-config"]):
+        proc = run_as_user(script, "--sft", "data.nokey=1", *mode)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == ("Could not override 'data.nokey'\n"
+                               "verl-ppo: the installed verl rejects the configuration above.\n")
+        assert list((box / "runs" / "sft").glob("*")) == []
+    assert "torch.distributed.run" not in (env / "seen.argv").read_text()
+
+
+def test_sft_check_config_composes_with_the_release_trainer_and_keeps_nothing(box: Path) -> None:
+    env, script = sft_box(box, "0.9.1")
+    proc = run_as_user(script, "--sft", "--check-config")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "verl-ppo: the SFT configuration composes with the installed verl.\n"
+    (call,) = (env / "seen.argv").read_text().splitlines()
+    assert call == "-m verl.trainer.sft_trainer --cfg job " + " ".join(dry_run_args(script, "--sft")[8:])
+    assert not (box / "runs").exists()
+
+
+def test_an_sft_run_whose_trainer_wrote_no_model_says_so(box: Path) -> None:
+    env, script = sft_box(box)
+    (env / "no-model").touch()
+    proc = run_as_user(script, "--sft")
+    assert proc.returncode == 2
+    assert "verl's SFT trainer wrote no Hugging Face model into" in proc.stderr
