@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${VENV:-$root/.venv}
 cache=$root/.cache
 export PATH=$venv/bin:$PATH
-export VERL_PASCAL_STANDINS=$cache/standins
+export VERL_PASCAL_STANDINS=${VERL_PASCAL_STANDINS:-$cache/standins}
 # Mounted as the containers' apt archive cache; machine-wide, so repeated runs
 # (and CI) download each .deb once.
 # One per instance name: apt locks its archive directory, so two containers
