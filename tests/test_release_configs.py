@@ -116,3 +116,85 @@ def test_every_helper_process_key_is_one_the_release_reads(version: str, extract
         listed = OmegaConf.select(defaults, key) is not None
         read = f'"{key.rsplit(".", 1)[-1]}"' in trainer
         assert listed or read, f"{version}: {process} -> {key} is neither in its config nor read by its trainer"
+
+
+# --- verl-ppo --sft: the SFT trainer's configuration ---------------------------------------------------------
+
+SFT_LOCKED = [v for v in LOCKED if verl_releases.read(v).get("sft")]
+#: Switches that would bring Triton (torch.compile's Inductor, Liger's and verl's fused kernels) or
+#: flash-attn's varlen kernels (padding removal) into a run: wherever the SFT configuration has one, it is off.
+P40_SWITCHES = ("use_torch_compile", "use_liger", "use_fused_kernels", "use_remove_padding")
+
+
+def sft_overrides(tmp_path: Path, version: str, profile: str) -> List[str]:
+    """The Hydra overrides the launch script rendered for ``version`` passes to the SFT trainer (its --sft --dry-run)."""
+    script = render.write(str(tmp_path / "verl-ppo"), {
+        "verl_version": version, "launch_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
+        "launch_model_dir": "/opt/verl-pascal/models/m"})
+    out = subprocess.run([script, "--sft", "--dry-run"], capture_output=True, text=True, check=True, timeout=60).stdout
+    argv = shlex.split(out)
+    return argv[argv.index(verl_releases.read(version)["sft"]["module"]) + 1:]
+
+
+def composed_sft(tree: Path, version: str, overrides: List[str]) -> Any:
+    with initialize_config_dir(config_dir=str(tree / "verl" / "trainer" / "config"), version_base=None):
+        return compose(config_name=verl_releases.read(version)["sft"]["config"], overrides=overrides)
+
+
+def switches(node: Any, at: str = "") -> Dict[str, Any]:
+    """Every key of the configuration named one of P40_SWITCHES, with its value: {dotted key: value}."""
+    found: Dict[str, Any] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{at}.{key}" if at else str(key)
+            if key in P40_SWITCHES:
+                found[where] = value
+            found.update(switches(value, where))
+    return found
+
+
+@pytest.mark.parametrize("version", SFT_LOCKED)
+def test_the_sft_table_names_the_trainer_and_the_configuration_it_composes(
+        version: str, extracted: Callable[[str], Path]) -> None:
+    """The module verl-ppo --sft starts is in the sdist and composes the configuration the table names."""
+    sft = verl_releases.read(version)["sft"]
+    module = extracted(version).joinpath(*sft["module"].split(".")).with_suffix(".py")
+    assert f'@hydra.main(config_path="config", config_name="{sft["config"]}"' in module.read_text()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("version", SFT_LOCKED)
+def test_every_sft_override_lands_in_the_releases_own_sft_config(
+        version: str, profile: str, extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    overrides = sft_overrides(tmp_path, version, profile)
+    cfg = composed_sft(extracted(version), version, overrides)
+    assert misplaced(cfg, overrides) == {}
+
+
+@pytest.mark.parametrize("version", SFT_LOCKED)
+def test_the_sft_trainer_reads_the_converters_columns_and_runs_under_p40_rules(
+        version: str, extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    """Read back from the composed SFT configuration: the columns gsm8k-to-verl --sft writes, fp32 weights
+    and FSDP parameters, every Triton or flash-attn switch the configuration has turned off, and each
+    checkpoint saved with its Hugging Face model."""
+    from verl_pascal.data import gsm8k
+
+    cfg = composed_sft(extracted(version), version, sft_overrides(tmp_path, version, "pascal"))
+    if OmegaConf.select(cfg, "data.messages_key") is not None:  # from 0.7: the conversation
+        assert OmegaConf.select(cfg, "data.messages_key") == gsm8k.SFT_MESSAGES
+    else:
+        assert OmegaConf.select(cfg, "data.prompt_key") == gsm8k.SFT_PROMPT
+        assert OmegaConf.select(cfg, "data.response_key") == gsm8k.SFT_RESPONSE
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    found = switches(tree)
+    assert any(k.endswith("use_liger") for k in found) and any(k.endswith("use_remove_padding") for k in found)
+    assert {k: v for k, v in found.items() if v is not False} == {}
+    engine = OmegaConf.select(cfg, "engine")
+    if engine is not None:  # the FSDP engine (0.7 on): fp32 parameters, fp32 weights
+        assert OmegaConf.select(cfg, "engine.mixed_precision") == {"param_dtype": "fp32", "reduce_dtype": "fp32",
+                                                                   "buffer_dtype": "fp32"}
+        assert OmegaConf.select(cfg, "engine.model_dtype") == "fp32"
+    else:  # fsdp_sft_trainer: its policies' bf16 is the patcher's (mixed_precision_bf16)
+        assert OmegaConf.select(cfg, "model.fsdp_config.model_dtype") == "fp32"
+    contents = OmegaConf.select(cfg, "checkpoint.save_contents") or OmegaConf.select(cfg, "trainer.checkpoint.save_contents")
+    assert "hf_model" in contents and "model" in contents
