@@ -169,7 +169,7 @@ def test_grpo_batch_sizes_can_be_set_and_a_release_or_profile_still_wins(tmp_pat
     (["--algo", "dpo"], "--algo dpo: choose ppo or grpo"),
     (["--algo"], "--algo needs ppo or grpo"),
     (["--resume", "--algo", "grpo"], "a resumed run keeps the algorithm"),
-    (["--resume", "--export"], "one of --resume, --export, --report and --tensorboard at a time"),
+    (["--resume", "--export"], "one of --sft, --resume, --export, --report and --tensorboard at a time"),
     (["--tensorboard", "70000"], "a TCP port, 1 to 65535"),
 ])
 def test_bad_options_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
