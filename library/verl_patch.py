@@ -14,7 +14,8 @@ description:
     C(torch.autocast(..., dtype=torch.float32, enabled=False)) (a no-op context);
     C(attn_implementation="flash_attention_2") becomes I(attn);
     C(from flash_attn.bert_padding import ...) falls back to pure-torch copies
-    shipped as C(verl/_pascal_compat/bert_padding.py).
+    shipped as C(verl/_pascal_compat/bert_padding.py); an FSDP mixed-precision
+    policy given C(torch.bfloat16) in the code (the SFT trainer) gets C(torch.float32).
   - Never touches C(verl/utils/torch_dtypes.py) or anything outside the C(verl) package.
   - Knows, per supported verl release, which sites must be found; fails if one
     is missing (upstream moved something) or if the release is not supported.
