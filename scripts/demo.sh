@@ -96,7 +96,9 @@ stage "reading what was installed (playbooks/report.yml)" \
 
 echo
 echo "What was installed, and where:"
-stage_explain report | sed 's/^/  /'
+mapfile -t report < <(stage_explain report)
+((${#report[@]})) || report=("(the report is missing: see the end of the log)")
+printf '  %s\n' "${report[@]}"
 echo
 try="podman exec -it -u $user -w /tmp $name $launch_script"
 if [[ ${KEEP:-0} == 1 ]]; then

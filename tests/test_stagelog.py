@@ -190,14 +190,20 @@ def test_the_report_is_the_debug_messages_each_on_one_line() -> None:
 
 def test_the_command_reads_the_stage_lines_alone(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
-    log.write_text(ANSIBLE_YAML + REPORT)
-    first_report_line = len(lines(ANSIBLE_YAML)) + 1
+    # Lines are numbered as wc and sed number them: pip's progress rewrites a line with "\r".
+    progress = "Downloading torch 10%\rDownloading torch 100%\n"
+    log.write_text(progress + ANSIBLE_YAML + REPORT)
+    first_report_line = len(lines(ANSIBLE_YAML)) + 2
     run = [sys.executable, "-m", "verl_pascal.stagelog"]
     proc = subprocess.run(run + ["reason", str(log), "--to", str(first_report_line - 1)],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("failed task: conda : Create the training env")
     proc = subprocess.run(run + ["reason", str(log), "--from", str(first_report_line)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == ""
+    proc = subprocess.run(run + ["report", str(log), "--from", str(first_report_line)], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[0] == "GPUs: Tesla P40 (driver 550.54.15, profile pascal)"
+    proc = subprocess.run(run + ["explain", str(log), "--to", "1"], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == "Downloading torch 100%"
     proc = subprocess.run(run + ["report", str(tmp_path / "missing.log")], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read" in proc.stderr
 

@@ -63,8 +63,8 @@ class Result:
 
 
 def plain(lines: Sequence[str]) -> List[str]:
-    """The lines without colours and without Molecule's box."""
-    return [BOX.sub("", ANSI.sub("", line.rstrip("\r\n"))) for line in lines]
+    """The lines as a terminal shows them (the text after a "\r"), without colours and Molecule's box."""
+    return [BOX.sub("", ANSI.sub("", line.rstrip("\r\n").rsplit("\r", 1)[-1])) for line in lines]
 
 
 def _task_name(lines: List[str], at: int) -> Tuple[str, int]:
@@ -261,7 +261,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.first < 1 or (args.last is not None and args.last < args.first - 1):
         parser.error("--from must be 1 or more, and --to not before it")
     try:
-        with open(args.log, encoding="utf-8", errors="replace") as handle:
+        # Lines end at "\n" alone, as for wc and sed, which number them in scripts/stages.sh
+        # (pip and apt rewrite a line with "\r").
+        with open(args.log, encoding="utf-8", errors="replace", newline="\n") as handle:
             lines = handle.readlines()[args.first - 1:args.last]
     except OSError as exc:
         print(f"stagelog: cannot read {args.log}: {exc.strerror}", file=sys.stderr)
