@@ -62,7 +62,7 @@ EXAMPLES = r"""
 - name: Check the box holds a PPO run of verl 0.9.1
   host_memory_check:
     version: "0.9.1"
-    releases: {"0.9.1": {"host_memory_gib": 16.9}, "0.5.0": {"host_memory_gib": 12.3}}
+    releases: {"0.9.1": {"host_memory_gib": 12.4}, "0.5.0": {"host_memory_gib": 6.8}}
     model_parameters: 494032768
     param_offload: true
     actor_param_offload: false
