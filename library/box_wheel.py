@@ -17,7 +17,7 @@ description:
   - The same sources give the same bytes; the version is the project's version (from
     C(pyproject.toml)) with the sources' hash as its local label, so a changed file gives a new
     version that pip installs, and an unchanged one is already installed.
-  - Meant for the controller (C(delegate_to: localhost)); the roles copy the wheel to the box and
+  - Meant for the controller (C(delegate_to=localhost)); the roles copy the wheel to the box and
     install it with pip.
   - Builds in check mode too (a file on the controller, never on a box) and reports a change only
     when it wrote a new file.

@@ -9,7 +9,7 @@ module: port_listen
 short_description: Listen on a port for a while and report who connected
 description:
   - Binds O(address):O(port) and accepts connections until O(connections) arrived or O(timeout)
-    seconds passed, closing each at once. Run it with C(async) and C(poll: 0), let the other hosts
+    seconds passed, closing each at once. Run it with C(async) and C(poll=0), let the other hosts
     connect (M(ansible.builtin.wait_for)), then collect it with M(ansible.builtin.async_status).
   - When another process holds the port, returns at once with RV(in_use) true.
   - Changes nothing; safe in check mode.

@@ -58,8 +58,8 @@ options:
     default: ""
   sites:
     description:
-      - The sites the patcher must find in O(version), C({file: {kind: minimum count}}): the
-        C(patch_sites) of the release's folder, verl_pascal/releases/verl-X/release.yml.
+      - "The sites the patcher must find in O(version), C({file: {kind: minimum count}}): the
+        C(patch_sites) of the release's folder, verl_pascal/releases/verl-X/release.yml."
       - Without it (or when the tree holds another version) the release counts as unsupported.
     type: dict
   allow_unsupported:
