@@ -64,6 +64,11 @@ SPOILED: Dict[str, Tuple[Callable[[str], str], List[str]]] = {
                      ["bert_padding_import is 0"]),
     "a bad hf_rollout": (_edit(lambda d: d.update(hf_rollout="hf")), ["hf_rollout is 'hf'"]),
     "a bad host_memory_gib": (_edit(lambda d: d.update(host_memory_gib=-1)), ["host_memory_gib is -1"]),
+    "a patch line that is not FILE:LINE KIND": (_edit(lambda d: d.update(patch_lines=["verl/utils/model.py 649"])),
+                                                ["patch_lines is ['verl/utils/model.py 649']", "FILE:LINE KIND"]),
+    "a patch line of a site patch_sites lacks": (
+        _edit(lambda d: d.update(patch_lines=["verl/utils/nowhere.py:1 attn_implementation"])),
+        ["patch_lines has verl/utils/nowhere.py:1 attn_implementation", "patch_sites.verl/utils/nowhere.py"]),
     "an sft table without its module": (_edit(lambda d: d["sft"].pop("module")), ["sft is {", "module"]),
     "an sft override that is not text": (_edit(lambda d: d["sft"].update(overrides=[1])), ["sft is {", "overrides"]),
 }

@@ -77,6 +77,27 @@ def _is_sft(value: Any) -> bool:
             and _is_strings(value.get("overrides", [])) and _is_overrides_map(value.get("profile_overrides", {})))
 
 
+#: A ``patch_lines`` entry: "FILE:LINE KIND", one of the release's sites by line.
+_PATCH_LINE = re.compile(r"(verl/\S+\.py):([1-9][0-9]*) ([a-z0-9_]+)")
+
+
+def patch_line(entry: Any) -> Optional[Tuple[str, int, str]]:
+    """A ``patch_lines`` entry as (file, line, kind); None when it is not one."""
+    match = _PATCH_LINE.fullmatch(entry) if isinstance(entry, str) else None
+    if match is None or match.group(3) not in KINDS:
+        return None
+    return match.group(1), int(match.group(2)), match.group(3)
+
+
+def patch_lines(release: Mapping[str, Any]) -> List[Tuple[str, int, str]]:
+    """A validated release's ``patch_lines``, as (file, line, kind)."""
+    return [line for line in map(patch_line, release.get("patch_lines", [])) if line is not None]
+
+
+def _is_patch_lines(value: Any) -> bool:
+    return isinstance(value, list) and all(patch_line(entry) is not None for entry in value)
+
+
 def _is_gib(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0)
 
@@ -96,6 +117,8 @@ OPTIONAL: Dict[str, Check] = {
     "profile_overrides": ("a mapping {patch kind: [Hydra overrides]}", _is_overrides_map),
     "host_processes": ("a mapping {process: Hydra key}", _is_str_map),
     "host_memory_gib": ("a positive number of GiB, or null", _is_gib),
+    "patch_lines": ('a list of "FILE:LINE KIND" strings, e.g. "verl/utils/model.py:649 attn_implementation"',
+                    _is_patch_lines),
     "sft": ("a mapping with module, config and model_key (strings), overrides (a list of Hydra overrides) "
             "and profile_overrides ({patch kind: [Hydra overrides]})", _is_sft),
 }
@@ -153,6 +176,10 @@ def validate(data: Any, path: Path, version: str) -> Release:
     for key, (wanted, test) in OPTIONAL.items():
         if key in data and not test(data[key]):
             raise _problem(path, key, wanted, data)
+    for rel, line, kind in patch_lines(data):
+        if kind not in data["patch_sites"].get(rel, {}):
+            raise ReleaseError(f"{path}: patch_lines has {rel}:{line} {kind}, a site patch_sites does not list "
+                               f"(wanted: patch_sites.{rel}.{kind}); {FIX}")
     return dict(data)
 
 
