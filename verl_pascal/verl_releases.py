@@ -98,6 +98,10 @@ def _is_patch_lines(value: Any) -> bool:
     return isinstance(value, list) and all(patch_line(entry) is not None for entry in value)
 
 
+def _is_summary(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"status", "adds"} and all(map(_is_str, value.values()))
+
+
 def _is_gib(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0)
 
@@ -117,6 +121,7 @@ OPTIONAL: Dict[str, Check] = {
     "profile_overrides": ("a mapping {patch kind: [Hydra overrides]}", _is_overrides_map),
     "host_processes": ("a mapping {process: Hydra key}", _is_str_map),
     "host_memory_gib": ("a positive number of GiB, or null", _is_gib),
+    "summary": ("a mapping with status and adds (text for README's release table)", _is_summary),
     "patch_lines": ('a list of "FILE:LINE KIND" strings, e.g. "verl/utils/model.py:649 attn_implementation"',
                     _is_patch_lines),
     "sft": ("a mapping with module, config and model_key (strings), overrides (a list of Hydra overrides) "
@@ -267,3 +272,60 @@ def sdists(warn: Callable[[str], None] = _warn) -> Dict[str, Dict[str, str]]:
 def locks(version: str) -> List[Path]:
     """The dependency locks of ``version`` (py<X.Y>-torch<A.B>.txt)."""
     return sorted(folder(version).glob("py*-torch*.txt"))
+
+
+#: README's "rollout on Pascal" column, by (hf_rollout, rollout_mode).
+ROLLOUTS = {
+    ("verl", "sync"): "verl's own HF rollout",
+    ("verl_pascal", "sync"): "the project's, `verl_pascal.rollout`",
+    ("verl_pascal", "async"): "the project's server, `verl_pascal.rollout.replica`",
+}
+#: The markers around the generated table in README.md.
+TABLE_BEGIN = "<!-- release table: generated from verl_pascal/releases/ by `python -m verl_pascal.verl_releases --table` -->"
+TABLE_END = "<!-- end of the release table -->"
+
+
+def table(default: str) -> str:
+    """README's release table: every folder, newest first, the default release marked; from each
+    folder's ``summary``, ``hf_rollout`` and ``rollout_mode``."""
+    lines = [TABLE_BEGIN,
+             "| verl | status | rollout on Pascal (`rollout.name=hf`) | what the project adds |",
+             "|---|---|---|---|"]
+    good, bad = scan()
+    for version in reversed(versions()):
+        if version in bad:
+            raise ReleaseError(bad[version])
+        release = good[version]
+        summary = release.get("summary") or {"status": "", "adds": ""}
+        rollout = ROLLOUTS.get((release.get("hf_rollout", "verl"), release.get("rollout_mode", "sync")), "") \
+            if locks(version) else ""
+        name = f"{version} (default)" if version == default else version
+        lines.append(f"| {name} | {summary['status']} | {rollout} | {summary['adds']} |")
+    return "\n".join([*lines, TABLE_END])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``--table``: print README's release table (the default release read from the version lock)."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m verl_pascal.verl_releases", description=main.__doc__)
+    parser.add_argument("--table", action="store_true", required=True)
+    parser.add_argument("--versions-file", type=Path,
+                        default=FOLDER.parent.parent / "inventory" / "group_vars" / "all" / "versions.yml")
+    args = parser.parse_args(argv)
+    try:
+        default = str(yaml.safe_load(args.versions_file.read_text(encoding="utf-8"))["verl_version"])
+        print(table(default))
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        print(f"verl_releases: cannot read verl_version from {args.versions_file}: {exc}", file=sys.stderr)
+        return 2
+    except ReleaseError as exc:
+        print(f"verl_releases: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
