@@ -1,9 +1,10 @@
 """Shared fixtures.
 
-pytest's ``pythonpath`` (pyproject.toml) puts the repository root and tests/
-on the path: tests import the logic as ``from module_utils import NAME`` (the
-same files Ansible ships to hosts as ``ansible.module_utils.NAME``) and the
-helpers in tests/ by name.
+pytest's ``pythonpath`` (pyproject.toml) puts the repository root (for
+``bench``) and tests/ on the path. Tests import the modules' logic by the one
+name Python code uses, ``verl_pascal.module_utils.NAME`` (the package's link
+to module_utils/, the same files Ansible ships to hosts as
+``ansible.module_utils.NAME``), and the helpers in tests/ by name.
 """
 
 import os

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not importable here (pip install torch, CPU build)")
 
-from module_utils.verl_pascal_compat import bert_padding as bp  # noqa: E402
+from verl_pascal.module_utils.verl_pascal_compat import bert_padding as bp  # noqa: E402
 
 Tensor = torch.Tensor
 SHAPES: List[Tuple[int, ...]] = [(1,), (7,), (3, 5)]  # trailing dims after (batch, seqlen)

@@ -21,7 +21,7 @@ from typing import List
 import pytest
 import yaml
 
-from module_utils import box_wheel
+from verl_pascal.module_utils import box_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 

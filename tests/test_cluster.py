@@ -13,8 +13,8 @@ from typing import List, Tuple
 
 import pytest
 
-from module_utils.nvidia_gpu import NvidiaSmiParseError, gather_p2p, parse_p2p_matrix
-from module_utils.port_probe import listen
+from verl_pascal.module_utils.nvidia_gpu import NvidiaSmiParseError, gather_p2p, parse_p2p_matrix
+from verl_pascal.module_utils.port_probe import listen
 from verl_pascal.cluster.check import Expected, missing, pool_fits, wait
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from module_utils import disk_space as ds
+from verl_pascal.module_utils import disk_space as ds
 
 EXISTING = {"/", "/var", "/usr", "/usr/local", "/data"}
 DEVICES = {"/": 1, "/var": 1, "/usr": 1, "/usr/local": 1, "/data": 2}

@@ -18,7 +18,7 @@ from typing import Dict
 import pytest
 from conftest import ANSIBLE, REPO_ROOT
 
-from module_utils.fleet import FleetError, differences, message
+from verl_pascal.module_utils.fleet import FleetError, differences, message
 
 STACK = {"verl_version": "0.5.0", "torch_version": "2.6.0+cu118", "cuda_version": "11.8.0",
          "cudnn_version": "8.9.7.29", "python_version": "3.10.12"}
@@ -84,7 +84,7 @@ def test_the_role_stops_a_host_on_another_verl_naming_it(tmp_path: Path) -> None
 # The cluster: its nodes, the GPUs verl uses on each, the weakest GPU
 # --------------------------------------------------------------------------
 
-from module_utils.fleet import members, plan  # noqa: E402
+from verl_pascal.module_utils.fleet import members, plan  # noqa: E402
 
 
 def gpus(count: int, memory: int = 24576, cap: str = "6.1") -> list:

@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-from module_utils import nvidia_gpu, verl_patch
+from verl_pascal.module_utils import nvidia_gpu, verl_patch
 from verl_pascal import profiles, verl_releases
 from verl_pascal.launch import render
 

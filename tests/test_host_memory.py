@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ANSIBLE, run_ansible_module
-from module_utils import host_memory as hm
+from verl_pascal.module_utils import host_memory as hm
 from verl_pascal import verl_releases
 
 QWEN_05B = 494_032_768

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ANSIBLE, run_ansible_module
-from module_utils import linktree as lt
+from verl_pascal.module_utils import linktree as lt
 
 
 @pytest.fixture()

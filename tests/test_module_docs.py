@@ -39,3 +39,20 @@ def test_the_module_documents_itself_in_yaml(path: Path) -> None:
     assert isinstance(parsed["DOCUMENTATION"].get("options", {}), dict)
     for name, option in parsed["DOCUMENTATION"].get("options", {}).items():
         assert "description" in option, f"{path.name}: option {name} has no description"
+
+
+def test_python_code_imports_the_modules_logic_by_one_name() -> None:
+    """module_utils/ is reached from Python as verl_pascal.module_utils only: a second name would be a second
+    module object, and a test that patches one would not patch the other."""
+    root = LIBRARY.parent
+    offenders = []
+    for folder in ("tests", "bench", "verl_pascal", "filter_plugins", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if "module_utils" in path.relative_to(root).parts[1:]:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                offenders += [f"{path.relative_to(root)}:{node.lineno}" for name in names
+                              if name == "module_utils" or name.startswith("module_utils.")]
+    assert offenders == [], "import verl_pascal.module_utils instead: " + ", ".join(offenders)

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from module_utils import nvidia_gpu
-from module_utils.nvidia_gpu import (
+from verl_pascal.module_utils import nvidia_gpu
+from verl_pascal.module_utils.nvidia_gpu import (
     FALLBACK_FIELDS,
     QUERY_FIELDS,
     Gpu,

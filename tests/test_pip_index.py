@@ -12,7 +12,7 @@ from typing import Dict
 
 import pytest
 
-from module_utils import pip_index as pi
+from verl_pascal.module_utils import pip_index as pi
 
 
 from conftest import ANSIBLE, run_ansible_module  # noqa: E402

@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 from conftest import ANSIBLE, run_ansible_module
 
-from module_utils import verl_patch
-from module_utils.verl_patch import (
+from verl_pascal.module_utils import verl_patch
+from verl_pascal.module_utils.verl_patch import (
     KIND_ATTN,
     KIND_AUTOCAST,
     KIND_BERT,

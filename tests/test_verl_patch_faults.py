@@ -21,7 +21,7 @@ import pytest
 from conftest import ANSIBLE, run_ansible_module
 from verl_pascal import verl_releases
 
-from module_utils import verl_patch
+from verl_pascal.module_utils import verl_patch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The verl-patch command, as its console script runs it.
