@@ -34,6 +34,8 @@ finish() {
   if [[ $state == running ]]; then # stopped where no stage could say why (set -u, a signal)
     echo "make demo stopped after $((SECONDS - started))s, in or after its last stage:"
     stage_explain explain
+  elif [[ $state == finished ]]; then
+    echo "make demo: done in $((SECONDS - started))s."
   fi
   echo "make demo: the whole log is $stage_log"
 }
@@ -58,11 +60,12 @@ stage --here "reading p40-box's verl release from the inventory" demo_vars
 stage "preparing the Debian 12 image and the stand-ins for verl $release" build_test_inputs "$release"
 
 if [[ ${KEEP:-0} != 1 ]]; then
-  at_exit "podman rm -f $name >/dev/null 2>&1"
+  # -t 0: its sleep, PID 1, ignores the SIGTERM that podman would wait 10 s on.
+  at_exit "podman rm -f -t 0 $name >/dev/null 2>&1"
 fi
 start_box() {
   start_mirror 127.0.0.1 &&
-    podman rm -f "$name" &&
+    podman rm -f -t 0 "$name" &&
     podman run -d --name "$name" --network host \
       -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
       -v "$VERL_PASCAL_APT_CACHE:/var/cache/apt/archives" \
@@ -110,5 +113,4 @@ echo "  $try --dry-run        # the exact command, every override"
 echo "  $try --check-config   # does the installed verl accept them?"
 echo "  podman exec -it $name bash -l"
 echo "On a real box: README.md, \"On a real box\" (preflight.yml, site.yml, report.yml, verify.yml)."
-echo "make demo: done in $((SECONDS - started))s."
 state=finished

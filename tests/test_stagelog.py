@@ -315,7 +315,8 @@ def test_the_demo_prints_its_stages_the_report_and_the_next_commands(demo: Path)
     noise = ("File was already downloaded", "Location is ignored", "setup-host: installing", "TASK [")
     assert not any(word in proc.stdout for word in noise)
     assert all(word in log.read_text() for word in noise)
-    assert "podman rm -f verl-pascal-demo" in (demo / "calls").read_text()
+    assert "podman rm -f -t 0 verl-pascal-demo" in (demo / "calls").read_text()
+    assert re.match(r"make demo: done in \d+s\.$", out[-2])
 
 
 def test_a_failed_demo_names_its_stage_task_message_and_log(demo: Path) -> None:
