@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 import json
 import shutil
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 import pytest
 
@@ -131,22 +131,51 @@ def ansible_tool(name: str) -> Optional[str]:
 
 
 ANSIBLE = ansible_tool("ansible")
+ANSIBLE_PLAYBOOK = ansible_tool("ansible-playbook")
+#: Skips a test module or test that runs Ansible where it is not installed.
+needs_ansible = pytest.mark.skipif(ANSIBLE_PLAYBOOK is None, reason="ansible-playbook is not installed (make venv)")
+
+
+def ansible_env(tmp_path: Path, **extra: str) -> Dict[str, str]:
+    """The environment of every Ansible run of the tests: the project's roles, modules and filters;
+    Ansible's own state under ``tmp_path``; no colour, no warning for the implicit localhost. Ansible's
+    other settings are its defaults (a test that wants the repository's ansible.cfg passes ANSIBLE_CONFIG)."""
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
+        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
+        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
+        ANSIBLE_FILTER_PLUGINS=str(REPO_ROOT / "filter_plugins"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+    )
+    env.update(extra)
+    return env
+
+
+def run_playbook(tmp_path: Path, play: Union[str, Path], *args: str, env: Optional[Dict[str, str]] = None,
+                 inventory: Optional[Path] = None, timeout: int = 600) -> "subprocess.CompletedProcess[str]":
+    """Run ``play`` (a playbook file, or its YAML, written to tmp_path/play.yml) from ``tmp_path``: on
+    localhost with this Python, or on the hosts of ``inventory`` (which then says how to reach them);
+    ``args`` go to ansible-playbook (``-e ...``, ``--check``, ``-l ...``), ``env`` over ansible_env's."""
+    assert ANSIBLE_PLAYBOOK is not None
+    book = play if isinstance(play, Path) else tmp_path / "play.yml"
+    if not isinstance(play, Path):
+        book.write_text(play)
+    hosts = (["-i", str(inventory)] if inventory is not None else
+             ["-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"])
+    cmd = [ANSIBLE_PLAYBOOK, *hosts, *args, str(book)]
+    return subprocess.run(cmd, cwd=str(tmp_path), env=ansible_env(tmp_path, **(env or {})), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def run_ansible_module(tmp_path: Path, module: str, args: str, *flags: str, timeout: int = 300) -> Dict[str, Any]:
     """Run `module` from library/ on localhost; return the host's result dict."""
     assert ANSIBLE is not None
-    env = dict(os.environ)
-    env.update(
-        ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
-        ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
-        ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote-tmp"),
-        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-        ANSIBLE_NOCOLOR="1",
-    )
+    env = ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     cmd = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local",
            "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", args, *flags]
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)

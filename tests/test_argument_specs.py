@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, Tuple
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 GROUP_VARS: Dict[str, Any] = {}
 for _path in sorted((REPO / "inventory" / "group_vars" / "all").glob("*.yml")):
     GROUP_VARS.update(yaml.safe_load(_path.read_text()) or {})

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from conftest import REPO_ROOT, needs_ansible, run_playbook
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python (make venv)"
-)
+pytestmark = needs_ansible
+#: The repository's ansible.cfg, as a user's run from the checkout reads it.
+CONFIG = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg")}
 
 PLAYBOOK = """
 - hosts: localhost
@@ -60,13 +57,9 @@ def box(tmp_path: Path):
 def run(tmp_path: Path, mirror: Path, sha256: str, *extra: str, url: str = "") -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "out.json"
     out.unlink(missing_ok=True)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"}
     variables = {"artifact_mirror_dir": str(mirror) if str(mirror) != "." else "", "artifact_mirror_url": url, "artifact_cache_dir": str(tmp_path / "cache"),
-                 "artifact_sha256": sha256, "out": str(out), "ansible_python_interpreter": sys.executable}
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-                           "-e", json.dumps(variables), *extra],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                 "artifact_sha256": sha256, "out": str(out)}
+    proc = run_playbook(tmp_path, tmp_path / "play.yml", "-e", json.dumps(variables), *extra, env=CONFIG, timeout=300)
     return proc, json.loads(out.read_text()) if out.exists() else {}
 
 
@@ -180,12 +173,9 @@ REGISTRY_PLAYBOOK = """
 
 def run_registry(tmp_path: Path, mirror: Path, wanted_id: str, demo_sha: str) -> subprocess.CompletedProcess:
     (tmp_path / "registry.yml").write_text(REGISTRY_PLAYBOOK)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"}
     variables = {"artifact_mirror_dir": str(mirror), "artifact_mirror_url": "", "artifact_cache_dir": str(tmp_path / "cache"),
-                 "wanted_id": wanted_id, "demo_sha": demo_sha, "ansible_python_interpreter": sys.executable}
-    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "registry.yml"),
-                           "-e", json.dumps(variables)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                 "wanted_id": wanted_id, "demo_sha": demo_sha}
+    return run_playbook(tmp_path, tmp_path / "registry.yml", "-e", json.dumps(variables), env=CONFIG, timeout=300)
 
 
 def test_an_artifact_of_the_registry_is_fetched_by_its_id(box) -> None:

@@ -23,7 +23,7 @@ import pytest
 from bench import procs
 from bench.ppo_p40_rules import SmiSampler
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 
 
 def _wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]

@@ -23,7 +23,7 @@ import yaml
 
 from verl_pascal.module_utils import box_wheel
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO_ROOT as ROOT  # noqa: E402
 
 
 def role_packages() -> List[str]:

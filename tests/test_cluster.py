@@ -17,7 +17,7 @@ from verl_pascal.module_utils.nvidia_gpu import NvidiaSmiParseError, gather_p2p,
 from verl_pascal.module_utils.port_probe import listen
 from verl_pascal.cluster.check import Expected, missing, pool_fits, wait
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 DATA = REPO / "tests" / "data" / "nvidia-smi"
 STANDIN_SMI = REPO / "scripts" / "standins" / "nvidia-smi"
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict
 
 import pytest
-from conftest import ANSIBLE, REPO_ROOT
+from conftest import REPO_ROOT, needs_ansible, run_playbook
 
 from verl_pascal.module_utils.fleet import FleetError, differences, message
 
@@ -56,24 +55,18 @@ def play(tmp_path: Path, host_vars: Dict[str, Dict[str, str]]) -> subprocess.Com
     inventory = {"all": {"hosts": {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                                           **values} for name, values in host_vars.items()}}}
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(
-        "- hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role:\n        name: preflight\n        tasks_from: fleet.yml\n")
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO_ROOT / "library"), ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"),
-               ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"), ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
-    playbook = str(Path(ANSIBLE).with_name("ansible-playbook"))
-    return subprocess.run([playbook, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    return run_playbook(tmp_path, "- hosts: all\n  gather_facts: false\n  tasks:\n"
+                        "    - ansible.builtin.include_role:\n        name: preflight\n        tasks_from: fleet.yml\n",
+                        inventory=tmp_path / "inventory.json", timeout=300)
 
 
-@pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
+@needs_ansible
 def test_the_role_passes_a_fleet_on_one_stack(tmp_path: Path) -> None:
     proc = play(tmp_path, {"box-a": STACK, "box-b": STACK})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
+@needs_ansible
 def test_the_role_stops_a_host_on_another_verl_naming_it(tmp_path: Path) -> None:
     proc = play(tmp_path, {"box-a": STACK, "box-b": {**STACK, "verl_version": "0.6.1"}})
     assert proc.returncode != 0
@@ -201,15 +194,9 @@ def cluster_preflight(tmp_path: Path, gpus: Dict[str, int], gcs: int, *limit: st
         "ray_head": {"hosts": {"head": hosts["head"]}},
         "ray_workers": {"hosts": {h: v for h, v in hosts.items() if h != "head"}}}}}
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(CLUSTER_PLAY)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_LIBRARY=str(REPO_ROOT / "library"),
-               ANSIBLE_MODULE_UTILS=str(REPO_ROOT / "module_utils"), ANSIBLE_ROLES_PATH=str(REPO_ROOT / "roles"),
-               ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
-    playbook = str(Path(ANSIBLE).with_name("ansible-playbook"))
-    cmd = [playbook, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")]
-    if limit:
-        cmd += ["-l", ",".join(limit)]
-    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    proc = run_playbook(tmp_path, CLUSTER_PLAY, *(["-l", ",".join(limit)] if limit else []),
+                        env={"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg")}, inventory=tmp_path / "inventory.json",
+                        timeout=300)
     facts = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json") if p.stem in gpus}
     return proc, facts
 
@@ -221,7 +208,6 @@ def free_port() -> int:
 
 
 UNEQUAL = {"head": 1, "w1": 1, "w2": 2}
-needs_ansible = pytest.mark.skipif(ANSIBLE is None, reason="ansible is not installed")
 
 
 @needs_ansible

@@ -7,10 +7,8 @@ fail when a consumer lists profiles, rollouts or overrides of its own.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -21,9 +19,10 @@ from verl_pascal.module_utils import nvidia_gpu, verl_patch
 from verl_pascal import profiles, verl_releases
 from verl_pascal.launch import render
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO
+from conftest import run_playbook
+
 ROWS = profiles.rows()
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
 def spec_option(role: str, name: str) -> Dict[str, Any]:
@@ -105,16 +104,12 @@ def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str
             {"ansible.builtin.copy": {"content": "{{ verl_check_overrides | to_json }}", "dest": str(tmp_path / "o")}},
         ],
     }]))
-    env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
-           "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins")}
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(book),
-                           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
-                           "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
-                           "-e", f"verl_version={version}",
-                           # preflight's plan of a box of its own: a cluster of one node with one GPU
-                           "-e", json.dumps({"fleet": {"nnodes": 1, "n_gpus_per_node": 1}}),
-                           "-e", f"ansible_python_interpreter={sys.executable}"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = run_playbook(tmp_path, book,
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+                        "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
+                        "-e", f"verl_version={version}",
+                        # preflight's plan of a box of its own: a cluster of one node with one GPU
+                        "-e", json.dumps({"fleet": {"nnodes": 1, "n_gpus_per_node": 1}}), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((tmp_path / "o").read_text())
 

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton", reason="Triton is not installed (CUDA builds of torch bring it)")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 CONTROL = REPO / "tests" / "gpu" / "triton_control.py"
 SITE = REPO / "verl_pascal" / "p40_rules" / "site"
 

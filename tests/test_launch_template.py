@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 
 from verl_pascal import verl_releases  # noqa: E402
 from verl_pascal.launch import render as launch_render  # noqa: E402

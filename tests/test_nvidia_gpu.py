@@ -34,7 +34,7 @@ from verl_pascal.module_utils.nvidia_gpu import (
 )
 from verl_pascal import profiles
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT  # noqa: E402
 DATA = Path(__file__).resolve().parent / "data" / "nvidia-smi"
 # The GPU-profile table's rows and capability ranges, as preflight passes them.
 ROWS = profiles.rows()

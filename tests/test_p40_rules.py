@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the guard needs torch (make venv installs a CPU build)")
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 
 from verl_pascal.p40_rules import guard  # noqa: E402
 

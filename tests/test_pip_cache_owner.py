@@ -15,19 +15,18 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from conftest import needs_ansible, run_playbook
+
 USER = "nobody"
 
 pytestmark = [
-    pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python"),
+    needs_ansible,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: root writes the cache first, then the role chowns it"),
 ]
 
@@ -62,12 +61,8 @@ def cache() -> Iterator[Path]:
 
 
 def run_role(cache: object, tmp_path: Path, *flags: str, user: str = USER) -> subprocess.CompletedProcess:
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_HOME=str(tmp_path / "home"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1")
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-           "-e", f"training_user={user}", "-e", f"pip_cache_dir={cache}", *flags, str(tmp_path / "play.yml")]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_playbook(tmp_path, PLAYBOOK, "-e", f"training_user={user}", "-e", f"pip_cache_dir={cache}", *flags,
+                        timeout=300)
 
 
 def write_as_user(directory: Path) -> subprocess.CompletedProcess:

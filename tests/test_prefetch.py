@@ -24,7 +24,7 @@ from typing import Dict, List, Tuple
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT  # noqa: E402
 
 from hostile_sdist import hostile_sdist  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402

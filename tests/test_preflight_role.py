@@ -8,10 +8,8 @@ the facts later roles rely on.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,13 +18,12 @@ import yaml
 
 from verl_pascal import verl_releases
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "tests" / "data" / "nvidia-smi"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from conftest import REPO_ROOT as REPO
+from conftest import needs_ansible, run_playbook
 
-pytestmark = pytest.mark.skipif(
-    not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python (make venv)"
-)
+DATA = REPO / "tests" / "data" / "nvidia-smi"
+
+pytestmark = needs_ansible
 
 PLAYBOOK = """
 - hosts: localhost
@@ -88,33 +85,18 @@ def standin_torch_lock(tmp_path: Path) -> Path:
 
 def run_preflight(tmp_path: Path, *extra: str, check: bool = False,
                   torch_locks: Path | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
-    book = tmp_path / "play.yml"
-    book.write_text(PLAYBOOK)
     out = tmp_path / "facts.json"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        "ANSIBLE_LIBRARY": str(REPO / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-    }
-    cmd = [
-        str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(book),
+    proc = run_playbook(
+        tmp_path, PLAYBOOK,
         "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
         "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
         "-e", f"out={out}",
-        "-e", f"ansible_python_interpreter={sys.executable}",
         "-e", f"pytorch_lock_dir={torch_locks or standin_torch_lock(tmp_path)}",
         # A model of a million parameters: this machine has less memory than the 0.5B reference job
         # needs (the host-memory tests below set their own).
         "-e", "model_parameters=1000000",
-        *extra,
-    ]
-    if check:
-        cmd.append("--check")
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        *extra, *(["--check"] if check else []),
+        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=300)
     facts = json.loads(out.read_text()) if out.exists() else {}
     return proc, facts
 

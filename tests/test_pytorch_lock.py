@@ -25,13 +25,14 @@ import pytest
 
 from prefetch_server import Upstream, simple_page
 
-REPO = Path(__file__).resolve().parent.parent
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from conftest import REPO_ROOT as REPO
+from conftest import needs_ansible, run_playbook
+
 VERSION = "1.0.0+standin"
 PYTHON_MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 pytestmark = [
-    pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python"),
+    needs_ansible,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the role becomes the training user (root here) with su"),
 ]
 
@@ -103,24 +104,20 @@ def write_lock(index: Path, locks: Path) -> Path:
 
 
 def run_role(tmp_path: Path, env: Path, index: Path, locks: Path, *extra: str) -> subprocess.CompletedProcess:
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    environ = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_HOME=str(tmp_path / "home"),
-                   ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1",
-                   PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="", PIP_CACHE_DIR=str(tmp_path / "pip-cache"))
+    pip = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
+           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     variables = {
-        "ansible_python_interpreter": sys.executable, "ansible_become_method": "su", "training_user": "root",
+        "ansible_become_method": "su", "training_user": "root",
         "conda_env_prefix": str(env), "python_version": f"{PYTHON_MINOR}.0", "cuda_version": "11.8.0",
         "torch_version": VERSION, "torchvision_version": "", "torchaudio_version": "",
         "torch_index_url": index.as_uri(), "pytorch_lock_dir": str(locks), "pip_cache_dir": "",
         "artifact_cache_dir": str(tmp_path / "cache"), "artifact_mirror_url": "", "artifact_mirror_dir": "",
     }
     # The site settings first (derived values such as pip_environment), then this test's values.
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
-           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}"]
+    args = ["-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}"]
     for key, value in variables.items():
-        cmd += ["-e", f"{key}={value}"]
-    cmd += [*extra, str(tmp_path / "play.yml")]
-    return subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=600)
+        args += ["-e", f"{key}={value}"]
+    return run_playbook(tmp_path, PLAYBOOK, *args, *extra, env=pip, timeout=600)
 
 
 def installed_torch(env: Path) -> str:

@@ -11,7 +11,7 @@ import yaml
 
 from verl_pascal import verl_releases
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 README = REPO / "README.md"
 DEFAULT = str(yaml.safe_load((REPO / "inventory/group_vars/all/versions.yml").read_text())["verl_version"])
 

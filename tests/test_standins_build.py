@@ -20,7 +20,7 @@ import yaml
 from verl_pascal.prefetch.lock import Lock
 from verl_pascal.standins import build
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 
 LOCK = Lock.from_paths()
 NAMES = {art.key: art.path for art in build.registry_artifacts(LOCK)}

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
+from conftest import REPO_ROOT as REPO
+from conftest import needs_ansible, run_playbook
 from hostile_sdist import hostile_sdist  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python")
+pytestmark = needs_ansible
 
 PLAYBOOK = """
 - hosts: localhost
@@ -40,17 +37,12 @@ def sha(data: bytes) -> str:
 
 
 def run_fetch(tmp_path: Path, index: str, *extra: str) -> subprocess.CompletedProcess:
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_LIBRARY=str(REPO / "library"),
-               ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"), ANSIBLE_HOME=str(tmp_path / "home"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1")
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-           "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
-           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
-           "-e", f"ansible_python_interpreter={sys.executable}",
-           "-e", f"artifact_cache_dir={tmp_path / 'cache'}", "-e", "verl_profile=pascal",
-           "-e", f"verl_index_url={index}", "-e", f"conda_env_prefix={tmp_path / 'env'}", *extra]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    return run_playbook(tmp_path, PLAYBOOK,
+                        "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+                        "-e", f"artifact_cache_dir={tmp_path / 'cache'}", "-e", "verl_profile=pascal",
+                        "-e", f"verl_index_url={index}", "-e", f"conda_env_prefix={tmp_path / 'env'}", *extra,
+                        timeout=300)
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ from verl_pascal.module_utils.verl_patch import (
 
 from verl_pascal import verl_releases
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT  # noqa: E402
 # The patch-site table of every release folder (verl_pascal/releases/verl-X/release.yml).
 RELEASES = verl_releases.patch_tables()
 # The verl-patch command, as its console script runs it.

@@ -23,7 +23,7 @@ from verl_pascal import verl_releases
 
 from verl_pascal.module_utils import verl_patch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT  # noqa: E402
 # The verl-patch command, as its console script runs it.
 CLI = [sys.executable, "-m", "verl_pascal.patch_cli"]
 # The module's arguments as the verl role passes them for verl 0.5.0 on pascal.

@@ -15,7 +15,6 @@ release.yml spoiled; 0.8.0 stands for every other release.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -28,9 +27,10 @@ import yaml
 
 from verl_pascal import verl_releases
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO
+from conftest import needs_ansible, run_playbook
+
 BAD, GOOD = "0.9.1", "0.8.0"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
 def _edit(change: Callable[[Dict[str, Any]], None]) -> Callable[[str], str]:
@@ -215,19 +215,13 @@ PLAYBOOK = """
 
 def release_checks(tmp_path: Path, folders: Path, version: str) -> subprocess.CompletedProcess:
     """The verl role's release checks for ``version``, over the release folders of ``folders``' checkout."""
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_LIBRARY=str(REPO / "library"),
-               ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"), ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"),
-               ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1")
-    cmd = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml"),
-           "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
-           "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
-           "-e", f"ansible_python_interpreter={sys.executable}",
-           "-e", f"verl_pascal_root={folders.parent.parent}", "-e", f"verl_version={version}"]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    return run_playbook(tmp_path, PLAYBOOK,
+                        "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+                        "-e", f"verl_pascal_root={folders.parent.parent}", "-e", f"verl_version={version}", timeout=300)
 
 
-ansible = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python")
+ansible = needs_ansible
 
 
 @ansible
