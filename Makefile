@@ -33,7 +33,7 @@ $(VENV)/.installed: requirements-dev.txt pyproject.toml
 lint: venv
 	$(BIN)/yamllint --strict .
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production
-	shellcheck scripts/*.sh scripts/standins/*.sh scripts/standins/nvcc scripts/standins/nvidia-smi scripts/standins/cuda-uninstaller \
+	shellcheck scripts/*.sh bench/*.sh scripts/standins/*.sh scripts/standins/nvcc scripts/standins/nvidia-smi scripts/standins/cuda-uninstaller \
 	  scripts/standins/miniforge/installer-header.sh scripts/standins/miniforge/conda.sh scripts/standins/miniforge/condabin-conda
 
 unit: venv
