@@ -18,9 +18,9 @@ from typing import Dict, List
 
 import pytest
 
+from conftest import REPO_ROOT as REPO  # noqa: E402
 from verl_pascal import stagelog
 
-REPO = Path(__file__).resolve().parent.parent
 STAGES = REPO / "scripts" / "stages.sh"
 STAGE_LINE = re.compile(r"^\[ *\d+s\] (?P<title>.*) \.\.\. (?P<state>ok|failed \(\d+\))$")
 
