@@ -19,8 +19,8 @@ from typing import Any, Dict
 
 import pytest
 
-from module_utils import box_state as bs
-from module_utils import env_probe
+from verl_pascal.module_utils import box_state as bs
+from verl_pascal.module_utils import env_probe
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 OTHER_UID = str(os.getuid() + 4242)  # an owner this test's files never have (digits: a uid)

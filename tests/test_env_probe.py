@@ -18,7 +18,7 @@ from typing import Any, Dict
 
 import pytest
 
-from module_utils import env_probe
+from verl_pascal.module_utils import env_probe
 
 SOURCE = Path(env_probe.__file__).read_text()
 
