@@ -41,10 +41,10 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
-try:  # shipped by Ansible as ansible.module_utils.linktree; the tests import it from module_utils
+try:  # shipped by Ansible as ansible.module_utils.linktree; beside this file for the tests
     from ansible.module_utils import linktree  # type: ignore[import-not-found]
 except ImportError:
-    from module_utils import linktree  # type: ignore[no-redef]
+    from . import linktree  # type: ignore[no-redef]
 
 STATES = ("file", "directory", "link", "absent", "tree")
 #: Text read back per file at most (markers, stamps, version files, headers).
