@@ -50,6 +50,9 @@ def metrics(step: int, resumed: bool = False) -> Dict[str, object]:
         "response_length/max": 256.0,
         "actor/reward_kl_penalty": np.float32(0.001 * step),
         "actor/ppo_kl": 0.0002,
+        "actor/entropy": np.float64(2.0 - 0.1 * step),
+        "training/rollout_probs_diff_mean": 1e-6 * step,
+        "training/rollout_probs_diff_max": 1e-4 * step,
         "timing_s/step": 15.0 + step,
         "timing_s/gen": np.float64(9.0),
         "timing_s/update_actor": 3.5,
@@ -128,7 +131,7 @@ def test_a_copied_log_file_is_enough_and_missing_metrics_are_named_not_drawn(tmp
     assert cli.run([str(copied), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["reward.png", "step_time.png", "summary.json"]
     err = capsys.readouterr().err
-    assert "not drawn: response_length, kl, gpu_memory" in err
+    assert "not drawn: response_length, kl, entropy, rollout_probs, gpu_memory" in err
     assert log.series(log.read(str(copied)), "critic/score/mean") == ([1.0], [0.5])
 
 
@@ -163,6 +166,20 @@ def test_a_summary_leaves_out_what_the_log_lacks() -> None:
     assert numbers["s_per_step_median"] == 4.0 and numbers["score_last"] is None
     assert "score" not in summary.text(numbers)
     assert summary.summarize([])["steps"] == 0
+
+
+def test_the_summary_gives_the_held_out_score_before_training_and_at_the_last_validation() -> None:
+    """verl's validation: a line of its own before the first step, then merged into every test_freq-th step."""
+    from verl_pascal.report import summary
+
+    val = "val-core/openai/gsm8k/reward/mean@1"
+    numbers = summary.summarize(log.parse_lines([
+        f"(TaskRunner pid=3) step:0 - {val}:np.float64(0.25)", "step:1 - critic/score/mean:0.2",
+        f"step:2 - critic/score/mean:0.3 - {val}:np.float64(0.4)", "step:3 - critic/score/mean:0.35"]))
+    assert (numbers["held_out_first"], numbers["held_out_last"]) == (0.25, 0.4)
+    assert (numbers["score_first"], numbers["score_last"]) == (0.2, 0.35)
+    text = summary.text(numbers)
+    assert "held-out score at the first validation: 0.250" in text and "at the last validation: 0.400" in text
 
 
 # ---------------------------------------------------------------- logs recorded on the GPU
@@ -254,7 +271,7 @@ def test_a_metric_whose_every_value_is_nan_is_in_the_log_but_not_finite(tmp_path
     err = capsys.readouterr().err
     assert "warning: critic/score/mean is not finite from step 1 (3 of 3 steps): the run diverged" in err
     assert "score at the first step: nan" in err and "score at the last step: nan" in err
-    assert "not drawn: response_length, kl, gpu_memory" in err  # the reward chart is not "missing from the log"
+    assert "not drawn: response_length, kl, entropy, rollout_probs, gpu_memory" in err  # the reward chart is not "missing from the log"
     assert (out / "reward.png").stat().st_size > 0
 
 

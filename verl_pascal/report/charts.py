@@ -28,6 +28,15 @@ if TYPE_CHECKING:  # matplotlib is imported only to draw
 
 PHASE_PREFIX = "timing_s/"
 STEP_TIME = "timing_s/step"
+#: The held-out score: verl's validation (trainer.test_freq) of the val file, one response a problem.
+VAL_SCORE = "val-core/openai/gsm8k/reward/mean@1"
+ENTROPY = "actor/entropy"
+#: |p_rollout - p_actor| per response token: how far the rollout's probabilities are from the actor's
+#: for the same tokens. Logged where the rollout returns log-probs: verl 0.9.1 by default (0.7.1 and
+#: 0.8.0 with actor_rollout_ref.rollout.calculate_log_probs=True); never with verl's own HF rollout
+#: (0.5.0) or the project's 0.6.1 rollout.
+PROBS_DIFF_MEAN = "training/rollout_probs_diff_mean"
+PROBS_DIFF_MAX = "training/rollout_probs_diff_max"
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ CHARTS: Tuple[Chart, ...] = (
     Chart("reward", "Reward and score per step", "mean per sample", (
         ("critic/score/mean", "score (the reward function)"),
         ("critic/rewards/mean", "reward (score less the KL penalty)"),
-        ("val-core/openai/gsm8k/reward/mean@1", "validation score (GSM8K test)"),
+        (VAL_SCORE, "validation score (GSM8K test)"),
     )),
     Chart("response_length", "Response length", "tokens", (
         ("response_length/mean", "mean"),
@@ -52,6 +61,11 @@ CHARTS: Tuple[Chart, ...] = (
         ("actor/reward_kl_penalty", "KL penalty in the reward (PPO)"),
         ("actor/kl_loss", "KL loss (GRPO)"),
         ("actor/ppo_kl", "KL to the rollout policy (PPO clip)"),
+    )),
+    Chart("entropy", "Entropy of the actor on its responses", "nats per token", ((ENTROPY, "entropy"),)),
+    Chart("rollout_probs", "Rollout against actor: the same tokens' probabilities", "|p_rollout - p_actor|", (
+        (PROBS_DIFF_MEAN, "mean"),
+        (PROBS_DIFF_MAX, "max"),
     )),
     Chart("step_time", "Seconds per step and its phases", "seconds", ((STEP_TIME, "whole step"),)),
     Chart("gpu_memory", "GPU memory per process (peak of the step)", "GiB", (

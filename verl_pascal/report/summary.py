@@ -1,7 +1,8 @@
 """A run in a few numbers, beside its charts: what a user reads first on a headless box.
 
 Steps logged, the score at the first and the last step (the values the log
-has there, nan or inf included), seconds per step (the median over the
+has there, nan or inf included), the held-out score (verl's validation) at the
+first and the last step that ran it, seconds per step (the median over the
 steps after the first, which also compiles and warms up), and the peak GPU
 memory any step reported.
 
@@ -51,6 +52,8 @@ class Summary(TypedDict):
     last_step: Optional[float]
     score_first: Optional[float]
     score_last: Optional[float]
+    held_out_first: Optional[float]
+    held_out_last: Optional[float]
     s_per_step_median: Optional[float]
     max_allocated_gib: Optional[float]
     max_reserved_gib: Optional[float]
@@ -92,6 +95,7 @@ def not_finite(steps: Sequence[log.Step]) -> Dict[str, NotFinite]:
 def summarize(steps: Sequence[log.Step]) -> Summary:
     records = list(steps)
     _, score = log.values(records, SCORE)
+    _, held_out = log.values(records, charts.VAL_SCORE)
     _, step_s = log.series(records, STEP_TIME)
     _, allocated = log.series(records, ALLOCATED)
     _, reserved = log.series(records, RESERVED)
@@ -102,6 +106,8 @@ def summarize(steps: Sequence[log.Step]) -> Summary:
         last_step=records[-1]["step"] if records else None,
         score_first=_first(score),
         score_last=_last(score),
+        held_out_first=_first(held_out),
+        held_out_last=_last(held_out),
         s_per_step_median=statistics.median(after_first) if after_first else None,
         max_allocated_gib=max(allocated) if allocated else None,
         max_reserved_gib=max(reserved) if reserved else None,
@@ -112,6 +118,8 @@ def summarize(steps: Sequence[log.Step]) -> Summary:
 LABELS: Tuple[Tuple[str, str], ...] = (
     ("steps", "steps logged"), ("first_step", "first step"), ("last_step", "last step"),
     ("score_first", "score at the first step"), ("score_last", "score at the last step"),
+    ("held_out_first", "held-out score at the first validation"),
+    ("held_out_last", "held-out score at the last validation"),
     ("s_per_step_median", "seconds per step (median after the first)"),
     ("max_allocated_gib", "GPU memory, max allocated (GiB)"), ("max_reserved_gib", "GPU memory, max reserved (GiB)"),
 )
