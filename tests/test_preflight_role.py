@@ -232,6 +232,23 @@ def test_too_little_disk_names_the_filesystem_and_the_need(tmp_path: Path) -> No
     assert "Not enough free disk space" in proc.stdout and "CUDA toolkit" in proc.stdout
 
 
+@pytest.mark.parametrize("installed", [False, True])
+def test_the_disk_is_judged_until_what_needs_it_is_installed(tmp_path: Path, installed: bool) -> None:
+    # Preflight skips the disk check only when every requirement's skip_if_exists path exists
+    # (a provisioned box): a requirement whose path is missing is still judged, and refused.
+    marker = tmp_path / "cuda" / "version.json"
+    if installed:
+        marker.parent.mkdir()
+        marker.write_text("{}")
+    need = json.dumps({"preflight_disk_requirements": [
+        {"what": "CUDA toolkit", "path": str(tmp_path / "cuda"), "bytes": 10**18, "skip_if_exists": str(marker)}]})
+    proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", need)
+    if installed:
+        assert proc.returncode == 0, proc.stdout
+    else:
+        assert proc.returncode != 0 and "Not enough free disk space" in proc.stdout, proc.stdout
+
+
 def test_wrongly_typed_variable_fails_before_any_task(tmp_path: Path) -> None:
     proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "preflight_profile=turbo")
     assert proc.returncode != 0
