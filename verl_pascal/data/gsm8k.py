@@ -66,6 +66,17 @@ def extract_solution(answer: str) -> str:
     return match.group(1).replace(",", "")
 
 
+#: verl's GSM8K rule reward reads only a response's last characters (its _SOLUTION_CLIP_CHARS).
+RULE_CLIP_CHARS = 300
+
+
+def rule_score(response: str, ground_truth: str) -> float:
+    """verl's GSM8K rule reward (verl/utils/reward_score/gsm8k.py, strict): 1.0 when the last
+    '#### <number>' in the response's last RULE_CLIP_CHARS characters is the ground truth, else 0.0."""
+    found = _ANSWER_RE.findall(response[-RULE_CLIP_CHARS:])
+    return 1.0 if found and found[-1].replace(",", "").replace("$", "") == ground_truth else 0.0
+
+
 def to_verl_row(question: str, answer: str, split: str, index: int) -> Dict[str, Any]:
     return {
         "data_source": DATA_SOURCE,
