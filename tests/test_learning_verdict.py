@@ -71,6 +71,21 @@ def test_each_releases_log_gives_the_metrics_per_step_and_names_those_it_lacks(
         assert learning.missing(found) == [] and len(found["rollout_probs_diff_max"] or []) == 4
 
 
+def test_the_held_out_score_of_several_responses_a_problem_is_read_and_charted() -> None:
+    """val_kwargs.n = 4 (the benchmark's runs): verl logs mean@4, and only that, in val-core."""
+    from verl_pascal.report import summary
+
+    key = charts.VAL_PREFIX + str(learning.SETTINGS.val_n)
+    steps = log.parse_lines([f"step:0 - {key}:np.float64(0.2)", "step:1 - critic/score/mean:0.1",
+                             f"step:2 - critic/score/mean:0.2 - {key}:np.float64(0.3125)"])
+    assert learning.curves(steps)["held_out"] == [(0, 0.2), (2, 0.3125)]
+    chart = next(c for c in charts.CHARTS if c.name == "reward")
+    assert [(line.label, line.xs) for line in charts.lines_of(chart, steps)] == [
+        ("score (the reward function)", [1, 2]), (f"validation score, {learning.SETTINGS.val_n} responses a problem", [0, 2])]
+    numbers = summary.summarize(steps)
+    assert (numbers["held_out_first"], numbers["held_out_last"]) == (0.2, 0.3125)
+
+
 def test_grpos_kl_is_its_kl_loss_and_a_nan_is_kept_as_logged() -> None:
     steps = log.parse_lines(["step:1 - actor/kl_loss:np.float64(0.002) - actor/entropy:1.5",
                              "step:2 - actor/kl_loss:np.float64(nan) - actor/entropy:1.4"])
@@ -273,6 +288,7 @@ def test_every_override_lands_in_the_releases_own_config_after_the_launch_script
         "actor_rollout_ref.actor.optim.lr": 0.0 if spec.control else s.actor_lr,
         "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
         "actor_rollout_ref.rollout.val_kwargs.temperature": s.val_temperature,
+        "actor_rollout_ref.rollout.val_kwargs.n": s.val_n,
         "trainer.val_before_train": True, "trainer.test_freq": s.test_freq, "trainer.total_training_steps": s.steps,
         "data.train_batch_size": s.grpo_prompts if spec.algo == "grpo" else s.ppo_train_batch,
         "actor_rollout_ref.rollout.n": s.grpo_n if spec.algo == "grpo" else 1,

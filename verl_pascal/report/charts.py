@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # matplotlib is imported only to draw
 
 PHASE_PREFIX = "timing_s/"
 STEP_TIME = "timing_s/step"
-#: The held-out score: verl's validation (trainer.test_freq) of the val file, one response a problem.
-VAL_SCORE = "val-core/openai/gsm8k/reward/mean@1"
+#: The held-out score: verl's validation (trainer.test_freq) of the val file, the mean reward of N
+#: responses a problem (actor_rollout_ref.rollout.val_kwargs.n; verl's default is 1).
+VAL_PREFIX = "val-core/openai/gsm8k/reward/mean@"
+VAL_SCORE = VAL_PREFIX + "1"
 ENTROPY = "actor/entropy"
 #: |p_rollout - p_actor| per response token: how far the rollout's probabilities are from the actor's
 #: for the same tokens. Logged where the rollout returns log-probs: verl 0.9.1 by default (0.7.1 and
@@ -101,6 +103,12 @@ def phases(steps: Sequence[log.Step]) -> List[str]:
     return sorted(totals, key=lambda key: -totals[key])
 
 
+def val_keys(steps: Sequence[log.Step]) -> List[str]:
+    """The held-out score keys (VAL_PREFIX and N) a log has, by N."""
+    found = {key for record in steps for key in record if key.startswith(VAL_PREFIX) and key[len(VAL_PREFIX):].isdigit()}
+    return sorted(found, key=lambda key: int(key[len(VAL_PREFIX):]))
+
+
 def line_of(label: str, steps: Sequence[log.Step], key: str) -> "Line | None":
     """The line of ``key``, or None when no step logged it (a value of nan counts as logged)."""
     xs, ys = log.values(list(steps), key)
@@ -116,6 +124,9 @@ def lines_of(chart: Chart, steps: Sequence[log.Step]) -> List[Line]:
     metrics = list(chart.metrics)
     if chart.name == "step_time":
         metrics += [(key, key[len(PHASE_PREFIX):]) for key in phases(steps)]
+    if chart.name == "reward":
+        metrics += [(key, f"validation score, {key[len(VAL_PREFIX):]} responses a problem")
+                    for key in val_keys(steps) if key != VAL_SCORE]
     drawn = [line_of(label, steps, key) for key, label in metrics]
     return [line for line in drawn if line is not None]
 

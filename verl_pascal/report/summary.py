@@ -95,7 +95,8 @@ def not_finite(steps: Sequence[log.Step]) -> Dict[str, NotFinite]:
 def summarize(steps: Sequence[log.Step]) -> Summary:
     records = list(steps)
     _, score = log.values(records, SCORE)
-    _, held_out = log.values(records, charts.VAL_SCORE)
+    held_keys = charts.val_keys(records)
+    _, held_out = log.values(records, held_keys[-1]) if held_keys else ([], [])
     _, step_s = log.series(records, STEP_TIME)
     _, allocated = log.series(records, ALLOCATED)
     _, reserved = log.series(records, RESERVED)
