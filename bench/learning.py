@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Does training under P40 rules learn? PPO and GRPO from a warm-started model, judged on held-out problems.
+
+Every other GPU proof trains a random-weight model whose reward stays 0: it
+shows the pipeline runs, not that it learns. Here the model starts above 0:
+
+1. the task (verl_pascal/data/arithmetic.py): GSM8K-format arithmetic, its
+   held-out problems' numbers never in the training split;
+2. the warm start (verl_pascal/models/warm_start.py): the tiny Qwen2 of
+   make_model.py after a short fp32 next-token loop on the training split,
+   scoring above 0 and well below 1 on the held-out problems;
+3. the runs, each through bench/ppo_p40_rules.py (the patched sdist, the
+   launch script rendered from the template, the P40-rules guard on, a
+   22 GiB allocator cap, a Ray cluster of its own) with the learning
+   overrides of verl_pascal/report/learning.py: verl validates on the held-out
+   problems before the first step and every few steps. On the first
+   --verl-sdist: PPO and GRPO with seeds 1 and 2, and PPO with the actor's
+   learning rate 0 (the control); on each further one: PPO and GRPO with
+   seed 1. --short: the first release's PPO seed 1 and its control.
+   --parallel runs share the GPU (an H200 holds five capped runs).
+
+Prints the warm start's JSON line, one JSON line per run as it ends (its
+per-step held-out score, training score, response length, KL, entropy and
+rollout-against-actor probability gap, or "missing" where the release logs
+none), then the verdict (verl_pascal/report/learning.py: rises, flat control,
+seeds agree, releases agree). Exit status 1 when the verdict fails, 2 on bad
+arguments.
+
+    python3 -m bench.learning --verl-sdist verl-0.5.0.tar.gz --verl-sdist verl-0.9.1.tar.gz --parallel 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bench import ppo_p40_rules, procs
+from verl_pascal.report import learning
+
+Planned = Tuple[str, learning.RunSpec]  # (verl sdist, run)
+
+
+def plan(sdists: Sequence[str], short: bool) -> List[Planned]:
+    """The runs, the first release's first: its seeds and control, then each other release's seed 1."""
+    first, others = sdists[0], sdists[1:]
+    if short:
+        return [(first, learning.RunSpec("ppo", 1)), (first, learning.RunSpec("ppo", 1, control=True))]
+    runs = [(first, learning.RunSpec(algo, seed)) for algo in learning.ALGOS for seed in (1, 2)]
+    runs.append((first, learning.RunSpec("ppo", 1, control=True)))
+    return runs + [(sdist, learning.RunSpec(algo, 1)) for sdist in others for algo in learning.ALGOS]
+
+
+def run_name(sdist: str, spec: learning.RunSpec) -> str:
+    return f"{ppo_p40_rules.sdist_version(sdist)}-{spec.name}"
+
+
+def warm(work: str, device: str) -> Tuple[str, str, Dict[str, Any]]:
+    """(model, data) of the warm start, made in ``work`` (seconds on a GPU); its summary."""
+    from verl_pascal.models import warm_start
+
+    model, data = os.path.join(work, "warm-model"), os.path.join(work, "task-data")
+    return model, data, warm_start.warm_start(model, data, seed=0, device=device)
+
+
+def settings_of(pairs: Sequence[str]) -> learning.Settings:
+    """learning.SETTINGS with each NAME=VALUE of --set; ValueError naming a bad one."""
+    fields = {f.name: f for f in dataclasses.fields(learning.Settings)}
+    changes: Dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set {pair}: expected NAME=VALUE, NAME one of {', '.join(fields)}")
+        kind = type(getattr(learning.SETTINGS, name))
+        try:
+            changes[name] = kind(text)
+        except ValueError:
+            raise ValueError(f"--set {pair}: {name} is a {kind.__name__}") from None
+    return dataclasses.replace(learning.SETTINGS, **changes)
+
+
+def run_args(sdist: str, spec: learning.RunSpec, args: argparse.Namespace, model: str, data: str) -> argparse.Namespace:
+    """bench/ppo_p40_rules.py's arguments for one run: the launch script rendered for the run's sizes,
+    the warm-started model, the learning overrides (they win over the script's)."""
+    s = args.settings
+    grpo = spec.algo == "grpo"
+    argv = ["--verl-sdist", sdist, "--work", os.path.join(args.work, run_name(sdist, spec)), "--shape", "tiny",
+            "--steps", str(s.steps), "--algo", spec.algo, "--rollout-n", str(s.grpo_n),
+            "--train-batch", str(s.grpo_prompts if grpo else s.ppo_train_batch),
+            "--mini-batch", str(s.grpo_mini_batch if grpo else s.ppo_mini_batch),
+            "--micro-batch", str(s.micro_batch), "--prompt-length", str(s.prompt_length),
+            "--response-length", str(s.response_length), "--memory-gib", str(args.memory_gib),
+            "--timeout", str(args.timeout), "--model-dir", model]
+    for override in learning.overrides(spec, data, model, s):
+        argv += ["--override", override]
+    return ppo_p40_rules.parser().parse_args(argv)
+
+
+def error_of(result: Dict[str, Any]) -> Optional[str]:
+    """Why a run does not count: its error, or a P40-rule violation."""
+    if result.get("error"):
+        return str(result["error"])
+    if result.get("violations"):
+        return f"{result['violations']} P40-rule violations, the first: {result.get('first_violation')}"
+    return None
+
+
+def one(sdist: str, spec: learning.RunSpec, args: argparse.Namespace, model: str, data: str) -> Dict[str, Any]:
+    """Run one and read its log: the JSON line of the run."""
+    started = time.time()
+    try:
+        result = ppo_p40_rules.run(run_args(sdist, spec, args, model, data))
+    except Exception as exc:  # a run that cannot even start is a failed run, not the end of the benchmark
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    log_path = result.get("log")
+    steps = ppo_p40_rules.parse_steps(open(log_path, errors="replace").read()) if log_path and os.path.isfile(log_path) else []
+    found = learning.curves(steps)
+    return {
+        "run": run_name(sdist, spec), "verl": ppo_p40_rules.sdist_version(sdist), "algo": spec.algo, "seed": spec.seed,
+        "control": spec.control, "error": error_of(result), "wall_s": round(time.time() - started, 1),
+        "violations": result.get("violations"), "log": log_path,
+        "metrics": {name: curve if curve is not None else "missing" for name, curve in found.items()},
+        "missing": learning.missing(found),
+    }
+
+
+def as_run(line: Dict[str, Any]) -> learning.Run:
+    held = line["metrics"]["held_out"]
+    return learning.Run(line["run"], line["verl"], line["algo"], line["seed"], line["control"],
+                        [] if held == "missing" else [(int(s), float(v)) for s, v in held], line["error"])
+
+
+def run_all(planned: Sequence[Planned], args: argparse.Namespace, model: str, data: str) -> List[Dict[str, Any]]:
+    """Every run, --parallel at a time, each start --stagger-s after the one before; a line each as it ends."""
+    lock = threading.Lock()
+    lines: List[Dict[str, Any]] = []
+
+    def start(index: int, item: Planned) -> Dict[str, Any]:
+        time.sleep(args.stagger_s * (index % max(1, args.parallel)))  # model loading is CPU-bound: spread it
+        line = one(*item, args, model, data)
+        with lock:
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+        return line
+
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        ordered = list(pool.map(lambda pair: start(*pair), enumerate(planned)))
+    return ordered
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--verl-sdist", action="append", required=True,
+                   help="verl-X.Y.Z.tar.gz; give it twice to compare releases (the first runs the seeds and the control)")
+    p.add_argument("--work", default="/tmp/verl-pascal-learning")
+    p.add_argument("--short", action="store_true", help="the first release's PPO seed 1 and its control only")
+    p.add_argument("--parallel", type=int, default=1, help="runs side by side on the GPU")
+    p.add_argument("--stagger-s", type=float, default=10.0)
+    p.add_argument("--memory-gib", type=float, default=22.0)
+    p.add_argument("--timeout", type=int, default=1500, help="seconds a run may take")
+    p.add_argument("--device", default="cuda", help="where the warm start trains (cuda or cpu)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change one of the runs' settings (verl_pascal/report/learning.py, Settings), e.g. actor_lr=1e-4")
+    args = p.parse_args(argv)
+    try:
+        args.settings = settings_of(args.set)
+    except ValueError as exc:
+        p.error(str(exc))
+    for sdist in args.verl_sdist:
+        try:
+            ppo_p40_rules.sdist_version(sdist)
+        except SystemExit as exc:  # its one line, as a usage error
+            p.error(str(exc))
+        if not os.path.isfile(sdist):
+            p.error(f"--verl-sdist {sdist}: no such file")
+    if args.parallel < 1:
+        p.error("--parallel must be 1 or more")
+    args.work = os.path.abspath(args.work)
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    os.makedirs(args.work, exist_ok=True)
+    # Every run is marked with its directory under --work: none outlives the benchmark.
+    with procs.reaped(args.work):
+        model, data, summary = warm(args.work, args.device)
+        print(json.dumps({"warm_start": summary}), flush=True)
+        planned = plan(args.verl_sdist, args.short)
+        lines = run_all(planned, args, model, data)
+    required = ["rises", "flat_control"] if args.short else list(learning.CHECKS)
+    if not args.short and len(args.verl_sdist) < 2:
+        required.remove("releases_agree")
+    verdict = learning.judge([as_run(line) for line in lines], required=required)
+    print(json.dumps({"verdict": verdict}))
+    return 0 if verdict["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

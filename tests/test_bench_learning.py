@@ -1,0 +1,131 @@
+"""bench/learning.py without a GPU: its plan, each run's arguments, its lines and its verdict.
+
+The runs themselves need a GPU (tests/gpu/test_gpu_learning.py); here
+bench/ppo_p40_rules.py's ``run`` is replaced by a stand-in that writes a log
+of verl's step lines, rising or flat as the test says, and the warm start by
+a stand-in summary.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from bench import learning as bench, ppo_p40_rules
+from verl_pascal.report import charts, learning
+
+HELD = charts.VAL_PREFIX + str(learning.SETTINGS.val_n)
+
+
+def sdists(tmp_path: Path, *versions: str) -> List[str]:
+    paths = []
+    for version in versions:
+        path = tmp_path / f"verl-{version}.tar.gz"
+        path.write_bytes(b"")
+        paths.append(str(path))
+    return paths
+
+
+def test_the_plan_runs_seeds_and_the_control_on_the_first_release_and_seed_1_on_the_others() -> None:
+    plan = [(ppo_p40_rules.sdist_version(s), spec.name) for s, spec in bench.plan(["verl-0.5.0.tar.gz", "verl-0.9.1.tar.gz"], False)]
+    assert plan == [("0.5.0", "ppo-seed1"), ("0.5.0", "ppo-seed2"), ("0.5.0", "grpo-seed1"), ("0.5.0", "grpo-seed2"),
+                    ("0.5.0", "ppo-seed1-control"), ("0.9.1", "ppo-seed1"), ("0.9.1", "grpo-seed1")]
+    short = [spec.name for _, spec in bench.plan(["verl-0.5.0.tar.gz", "verl-0.9.1.tar.gz"], True)]
+    assert short == ["ppo-seed1", "ppo-seed1-control"]
+
+
+def test_a_run_is_the_ppo_bench_with_the_runs_sizes_and_the_learning_overrides_last(tmp_path: Path) -> None:
+    args = bench.parse_args(["--verl-sdist", sdists(tmp_path, "0.9.1")[0], "--work", str(tmp_path / "w"),
+                             "--set", "actor_lr=1e-4", "--set", "steps=12"])
+    spec = learning.RunSpec("grpo", 2)
+    ns = bench.run_args(args.verl_sdist[0], spec, args, "/m", "/d")
+    s = args.settings
+    assert (ns.algo, ns.steps, ns.train_batch, ns.mini_batch, ns.rollout_n, ns.model_dir) == (
+        "grpo", 12, s.grpo_prompts, s.grpo_mini_batch, s.grpo_n, "/m")
+    assert ns.work == str(tmp_path / "w" / "0.9.1-grpo-seed2") and not ns.no_guard and not ns.control
+    assert ns.override == learning.overrides(spec, "/d", "/m", s)
+    assert "actor_rollout_ref.actor.optim.lr=0.0001" in ns.override
+    # after the PPO bench's own (trainer.val_before_train=False), so they win
+    assert ppo_p40_rules.run_overrides(ns)[-len(ns.override):] == ns.override
+
+
+class StandIn:
+    """ppo_p40_rules.run: writes a log whose held-out score rises (or not, for a control or a name in ``flat``)."""
+
+    def __init__(self, flat: tuple = (), fail: tuple = ()) -> None:
+        self.flat, self.fail = flat, fail
+        self.threads: set = set()
+
+    def __call__(self, ns: Any) -> Dict[str, Any]:
+        self.threads.add(threading.get_ident())
+        name = Path(ns.work).name
+        lr = next(o for o in ns.override if o.startswith("actor_rollout_ref.actor.optim.lr=")).split("=")[1]
+        rising = float(lr) > 0 and name not in self.flat
+        lines = [f"(TaskRunner pid=9) step:0 - {HELD}:np.float64(0.25)"]
+        for step in range(1, 11):
+            held = f" - {HELD}:np.float64({0.25 + (0.04 * step if rising else 0.0)})" if step % 5 == 0 else ""
+            lines.append(f"(TaskRunner pid=9) step:{step} - critic/score/mean:0.3 - actor/entropy:1.2 - "
+                         f"response_length/mean:45.0 - actor/reward_kl_penalty:0.001{held}")
+        Path(ns.work).mkdir(parents=True, exist_ok=True)
+        log = Path(ns.work) / "last-run.log"
+        log.write_text("\n".join(lines) + "\n")
+        return {"error": "exit status 1: boom" if name in self.fail else None, "violations": 0, "log": str(log)}
+
+
+def run_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stand_in: StandIn,
+             *extra: str) -> "tuple[int, List[Dict[str, Any]]]":
+    monkeypatch.setattr(ppo_p40_rules, "run", stand_in)
+    monkeypatch.setattr(bench, "warm", lambda work, device: ("/m", "/d", {"held_out_temperature_1": 0.23}))
+    rc = bench.main(["--verl-sdist", *sdists(tmp_path, "0.5.0", "0.9.1")[:1], "--work", str(tmp_path / "w"),
+                     "--stagger-s", "0", *extra])
+    return rc, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_rising_runs_beside_a_flat_control_pass_and_print_a_line_each(tmp_path, monkeypatch, capsys) -> None:
+    stand_in = StandIn()
+    rc, lines = run_main(tmp_path, monkeypatch, capsys, stand_in, "--parallel", "3")
+    assert lines[0] == {"warm_start": {"held_out_temperature_1": 0.23}}
+    runs = {line["run"]: line for line in lines[1:-1]}
+    assert sorted(runs) == ["0.5.0-grpo-seed1", "0.5.0-grpo-seed2", "0.5.0-ppo-seed1", "0.5.0-ppo-seed1-control",
+                            "0.5.0-ppo-seed2"]
+    line = runs["0.5.0-ppo-seed1"]
+    assert line["metrics"]["held_out"] == [[0, 0.25], [5, 0.45], [10, 0.65]]
+    assert line["metrics"]["entropy"][0] == [1, 1.2] and line["metrics"]["kl"][0] == [1, 0.001]
+    assert line["metrics"]["rollout_probs_diff_mean"] == "missing"
+    assert line["missing"] == ["rollout_probs_diff_mean", "rollout_probs_diff_max"]
+    verdict = lines[-1]["verdict"]
+    assert (rc, verdict["passed"], verdict["required"]) == (0, True, ["rises", "flat_control", "seeds_agree"])
+    assert len(stand_in.threads) > 1  # side by side
+
+
+def test_a_run_that_does_not_rise_fails_the_benchmark(tmp_path, monkeypatch, capsys) -> None:
+    rc, lines = run_main(tmp_path, monkeypatch, capsys, StandIn(flat=("0.5.0-grpo-seed2",)))
+    assert rc == 1 and lines[-1]["verdict"]["checks"]["rises"]["passed"] is False
+
+
+def test_a_failed_run_fails_the_benchmark_with_its_error(tmp_path, monkeypatch, capsys) -> None:
+    rc, lines = run_main(tmp_path, monkeypatch, capsys, StandIn(fail=("0.5.0-ppo-seed1-control",)), "--short")
+    assert rc == 1
+    assert [line["error"] for line in lines[1:-1]] == [None, "exit status 1: boom"]
+    assert "boom" in " ".join(lines[-1]["verdict"]["checks"]["flat_control"]["details"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--verl-sdist", "verl.tgz"], "expected verl-<version>.tar.gz"),
+    (["--verl-sdist", "verl-0.5.0.tar.gz"], "no such file"),
+    (["--set", "speed=2"], "NAME one of steps"),
+    (["--set", "steps=many"], "steps is a int"),
+    (["--parallel", "0"], "--parallel must be 1 or more"),
+])
+def test_bad_arguments_are_one_line_and_status_2(argv: List[str], message: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    if "--verl-sdist" not in argv:
+        argv = ["--verl-sdist", sdists(tmp_path, "0.5.0")[0], *argv]
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err.strip().splitlines()[-1]
