@@ -129,3 +129,29 @@ def test_bad_arguments_are_one_line_and_status_2(argv: List[str], message: str, 
         bench.parse_args(argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err.strip().splitlines()[-1]
+
+
+def test_the_cpu_loop_trains_a_step_and_scores_the_held_out_problems(tmp_path: Path, capsys) -> None:
+    """bench/learning_cpu.py on a tiny random model standing in for the warm start (a step of 2 x 2)."""
+    pytest.importorskip("transformers")
+    from bench import learning_cpu
+    from verl_pascal.models import make_model
+
+    make_model.make("tiny", str(tmp_path / "warm-model"))
+    before = (tmp_path / "warm-model" / "model.safetensors").read_bytes()
+    assert learning_cpu.main(["--work", str(tmp_path), "--steps", "1", "--prompts", "2", "--n", "2",
+                              "--eval-every", "1"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [sorted(line) for line in lines] == [["held_out_temperature_1", "step"], ["s", "step", "train_score"],
+                                                ["held_out_temperature_1", "step"]]
+    assert all(0.0 <= line.get("train_score", line.get("held_out_temperature_1")) <= 1.0 for line in lines)
+    assert (tmp_path / "warm-model" / "model.safetensors").read_bytes() == before  # the warm start is only read
+
+
+@pytest.mark.parametrize("argv", [["--n", "1"], ["--steps", "0"], ["--lr", "0"]])
+def test_the_cpu_loops_bad_arguments_are_status_2(argv: List[str], capsys) -> None:
+    from bench import learning_cpu
+
+    with pytest.raises(SystemExit) as exc:
+        learning_cpu.main(argv)
+    assert exc.value.code == 2 and "must be" in capsys.readouterr().err
