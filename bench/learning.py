@@ -102,12 +102,19 @@ def run_args(sdist: str, spec: learning.RunSpec, args: argparse.Namespace, model
     return ppo_p40_rules.parser().parse_args(argv)
 
 
-def error_of(result: Dict[str, Any]) -> Optional[str]:
-    """Why a run does not count: its error, or a P40-rule violation."""
+def steps_done(steps: Sequence[Dict[str, float]]) -> int:
+    """The training steps a log has (the validation before training is step 0)."""
+    return len([record for record in steps if record["step"] >= 1])
+
+
+def error_of(result: Dict[str, Any], done: int, asked: int) -> Optional[str]:
+    """Why a run does not count: its error, a P40-rule violation, or a run that stopped short."""
     if result.get("error"):
         return str(result["error"])
     if result.get("violations"):
         return f"{result['violations']} P40-rule violations, the first: {result.get('first_violation')}"
+    if done < asked:
+        return f"stopped after {done} of {asked} steps"
     return None
 
 
@@ -123,7 +130,8 @@ def one(sdist: str, spec: learning.RunSpec, args: argparse.Namespace, model: str
     found = learning.curves(steps)
     return {
         "run": run_name(sdist, spec), "verl": ppo_p40_rules.sdist_version(sdist), "algo": spec.algo, "seed": spec.seed,
-        "control": spec.control, "error": error_of(result), "wall_s": round(time.time() - started, 1),
+        "control": spec.control, "error": error_of(result, steps_done(steps), args.settings.steps),
+        "steps_done": steps_done(steps), "wall_s": round(time.time() - started, 1),
         "violations": result.get("violations"), "log": log_path,
         "metrics": {name: curve if curve is not None else "missing" for name, curve in found.items()},
         "missing": learning.missing(found),

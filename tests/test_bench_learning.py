@@ -54,10 +54,11 @@ def test_a_run_is_the_ppo_bench_with_the_runs_sizes_and_the_learning_overrides_l
 
 
 class StandIn:
-    """ppo_p40_rules.run: writes a log whose held-out score rises (or not, for a control or a name in ``flat``)."""
+    """ppo_p40_rules.run: writes a log of 10 steps whose held-out score rises (or not, for a control or a
+    name in ``flat``), or of 7 steps for a name in ``short``."""
 
-    def __init__(self, flat: tuple = (), fail: tuple = ()) -> None:
-        self.flat, self.fail = flat, fail
+    def __init__(self, flat: tuple = (), fail: tuple = (), short: tuple = ()) -> None:
+        self.flat, self.fail, self.short = flat, fail, short
         self.threads: set = set()
 
     def __call__(self, ns: Any) -> Dict[str, Any]:
@@ -66,7 +67,7 @@ class StandIn:
         lr = next(o for o in ns.override if o.startswith("actor_rollout_ref.actor.optim.lr=")).split("=")[1]
         rising = float(lr) > 0 and name not in self.flat
         lines = [f"(TaskRunner pid=9) step:0 - {HELD}:np.float64(0.25)"]
-        for step in range(1, 11):
+        for step in range(1, 8 if name in self.short else 11):
             held = f" - {HELD}:np.float64({0.25 + (0.04 * step if rising else 0.0)})" if step % 5 == 0 else ""
             lines.append(f"(TaskRunner pid=9) step:{step} - critic/score/mean:0.3 - actor/entropy:1.2 - "
                          f"response_length/mean:45.0 - actor/reward_kl_penalty:0.001{held}")
@@ -81,7 +82,7 @@ def run_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     monkeypatch.setattr(ppo_p40_rules, "run", stand_in)
     monkeypatch.setattr(bench, "warm", lambda work, device: ("/m", "/d", {"held_out_temperature_1": 0.23}))
     rc = bench.main(["--verl-sdist", *sdists(tmp_path, "0.5.0", "0.9.1")[:1], "--work", str(tmp_path / "w"),
-                     "--stagger-s", "0", *extra])
+                     "--stagger-s", "0", "--set", "steps=10", *extra])
     return rc, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -112,6 +113,14 @@ def test_a_failed_run_fails_the_benchmark_with_its_error(tmp_path, monkeypatch, 
     assert rc == 1
     assert [line["error"] for line in lines[1:-1]] == [None, "exit status 1: boom"]
     assert "boom" in " ".join(lines[-1]["verdict"]["checks"]["flat_control"]["details"])
+
+
+def test_a_run_that_stops_short_of_its_steps_fails_the_benchmark(tmp_path, monkeypatch, capsys) -> None:
+    """verl ends a run at the end of its epochs whatever total_training_steps says: such a run is a failure."""
+    rc, lines = run_main(tmp_path, monkeypatch, capsys, StandIn(short=("0.5.0-ppo-seed1",)), "--short")
+    assert rc == 1
+    assert [(line["steps_done"], line["error"]) for line in lines[1:-1]] == [(7, "stopped after 7 of 10 steps"),
+                                                                             (10, None)]
 
 
 @pytest.mark.parametrize("argv, message", [

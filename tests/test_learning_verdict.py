@@ -290,6 +290,7 @@ def test_every_override_lands_in_the_releases_own_config_after_the_launch_script
         "actor_rollout_ref.rollout.val_kwargs.temperature": s.val_temperature,
         "actor_rollout_ref.rollout.val_kwargs.n": s.val_n,
         "trainer.val_before_train": True, "trainer.test_freq": s.test_freq, "trainer.total_training_steps": s.steps,
+        "trainer.total_epochs": learning.EPOCHS,
         "data.train_batch_size": s.grpo_prompts if spec.algo == "grpo" else s.ppo_train_batch,
         "actor_rollout_ref.rollout.n": s.grpo_n if spec.algo == "grpo" else 1,
         "algorithm.adv_estimator": "grpo" if spec.algo == "grpo" else "gae",

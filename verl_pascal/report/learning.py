@@ -91,6 +91,10 @@ class RunSpec:
         return f"{self.algo}-seed{self.seed}" + ("-control" if self.control else "")
 
 
+#: trainer.total_epochs of every run: more than ``steps`` steps need (the launch script's 1 is one
+#: pass over the training problems, 32 PPO steps of 256 prompts over 8192 problems).
+EPOCHS = 100
+
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
 
@@ -124,6 +128,8 @@ def overrides(spec: RunSpec, data_dir: str, model_dir: str, settings: Settings =
         f"actor_rollout_ref.rollout.val_kwargs.temperature={s.val_temperature}",
         f"actor_rollout_ref.rollout.val_kwargs.n={s.val_n}",
         f"trainer.total_training_steps={s.steps}",
+        # verl stops at the end of its last epoch even before total_training_steps: epochs to spare.
+        f"trainer.total_epochs={EPOCHS}",
         f"trainer.test_freq={s.test_freq}",
         "trainer.val_before_train=True",
         "trainer.save_freq=-1",
