@@ -166,7 +166,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--verl-sdist", action="append", required=True,
                    help="verl-X.Y.Z.tar.gz; give it twice to compare releases (the first runs the seeds and the control)")
-    p.add_argument("--work", default="/tmp/verl-pascal-learning")
+    p.add_argument("--work", default="verl-pascal-learning", help="where the warm start and the runs go")
     p.add_argument("--short", action="store_true", help="the first release's PPO seed 1 and its control only")
     p.add_argument("--parallel", type=int, default=1, help="runs side by side on the GPU")
     p.add_argument("--stagger-s", type=float, default=10.0)

@@ -75,7 +75,7 @@ def step(model: Any, tokenizer: Any, optimizer: Any, batch: List[warm_start.Exam
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", default="/tmp/verl-pascal-learning-cpu", help="the warm start is made here once")
+    p.add_argument("--work", default="verl-pascal-learning-cpu", help="the warm start is made here once")
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--prompts", type=int, default=32, help="prompts a step")

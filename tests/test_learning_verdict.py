@@ -278,13 +278,13 @@ def test_every_override_lands_in_the_releases_own_config_after_the_launch_script
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    ours = learning.overrides(spec, "/work/data", "/work/warm-model")
+    ours = learning.overrides(spec, "/srv/task-data", "/srv/warm-model")
     with initialize_config_dir(config_dir=str(extracted(version) / "verl" / "trainer" / "config"), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=launch_overrides(tmp_path, version, spec.algo) + ours)
     s = learning.SETTINGS
     expected = {
-        "data.train_files": "/work/data/train.parquet", "data.val_files": "/work/data/test.parquet",
-        "data.seed": spec.seed, "actor_rollout_ref.model.path": "/work/warm-model",
+        "data.train_files": "/srv/task-data/train.parquet", "data.val_files": "/srv/task-data/test.parquet",
+        "data.seed": spec.seed, "actor_rollout_ref.model.path": "/srv/warm-model",
         "actor_rollout_ref.actor.optim.lr": 0.0 if spec.control else s.actor_lr,
         "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
         "actor_rollout_ref.rollout.val_kwargs.temperature": s.val_temperature,
@@ -297,5 +297,5 @@ def test_every_override_lands_in_the_releases_own_config_after_the_launch_script
     }
     assert {key: OmegaConf.select(cfg, key) for key in expected} == expected
     if spec.algo == "ppo":
-        assert OmegaConf.select(cfg, "critic.model.path") == "/work/warm-model"
+        assert OmegaConf.select(cfg, "critic.model.path") == "/srv/warm-model"
         assert OmegaConf.select(cfg, "critic.optim.lr") == s.critic_lr

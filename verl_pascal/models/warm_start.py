@@ -16,7 +16,7 @@ test.parquet (the held-out problems) to --data-out, and prints one JSON line:
 the loss at the first and the last step, seconds, and the held-out score
 (verl's GSM8K rule reward) greedy and sampled at temperature 1 (what RL sees).
 
-    python -m verl_pascal.models.warm_start --out /tmp/warm --data-out /tmp/warm-data
+    python -m verl_pascal.models.warm_start --out warm-model --data-out task-data
 """
 
 from __future__ import annotations
