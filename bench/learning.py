@@ -96,7 +96,8 @@ def run_args(sdist: str, spec: learning.RunSpec, args: argparse.Namespace, model
             "--mini-batch", str(s.grpo_mini_batch if grpo else s.ppo_mini_batch),
             "--micro-batch", str(s.micro_batch), "--prompt-length", str(s.prompt_length),
             "--response-length", str(s.response_length), "--memory-gib", str(args.memory_gib),
-            "--timeout", str(args.timeout), "--model-dir", model]
+            "--timeout", str(args.timeout), "--model-dir", model,
+            "--pythonpath", args.pythonpath.get(ppo_p40_rules.sdist_version(sdist), "")]
     for override in learning.overrides(spec, data, model, s):
         argv += ["--override", override]
     return ppo_p40_rules.parser().parse_args(argv)
@@ -162,6 +163,17 @@ def run_all(planned: Sequence[Planned], args: argparse.Namespace, model: str, da
     return ordered
 
 
+def pythonpaths(pairs: Sequence[str], versions: Sequence[str], p: argparse.ArgumentParser) -> Dict[str, str]:
+    """{release: PYTHONPATH} of --pythonpath VERSION=DIRS, each VERSION one of the --verl-sdist releases."""
+    out: Dict[str, str] = {}
+    for pair in pairs:
+        version, sep, dirs = pair.partition("=")
+        if not sep or not dirs or version not in versions:
+            p.error(f"--pythonpath {pair}: expected VERSION=DIRS, VERSION one of {', '.join(versions)}")
+        out[version] = dirs
+    return out
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--verl-sdist", action="append", required=True,
@@ -173,6 +185,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--memory-gib", type=float, default=22.0)
     p.add_argument("--timeout", type=int, default=1500, help="seconds a run may take")
     p.add_argument("--device", default="cuda", help="where the warm start trains (cuda or cpu)")
+    p.add_argument("--pythonpath", action="append", default=[], metavar="VERSION=DIRS",
+                   help="a release's packages instead of the inherited PYTHONPATH (where two releases need "
+                        "different ones), e.g. 0.9.1=/tmp/site-091")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change one of the runs' settings (verl_pascal/report/learning.py, Settings), e.g. actor_lr=1e-4")
     args = p.parse_args(argv)
@@ -189,6 +204,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             p.error(f"--verl-sdist {sdist}: no such file")
     if args.parallel < 1:
         p.error("--parallel must be 1 or more")
+    args.pythonpath = pythonpaths(args.pythonpath, [ppo_p40_rules.sdist_version(s) for s in args.verl_sdist], p)
     args.work = os.path.abspath(args.work)
     return args
 

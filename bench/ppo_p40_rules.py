@@ -209,14 +209,15 @@ def report_dir(work: str) -> str:
     return os.path.join(work, "p40-rules")
 
 
-def p40_env(work: str, src: str, memory_gib: float, guard: bool) -> Dict[str, str]:
-    """The environment of a run in ``work`` under P40 rules: the guard's sitecustomize first, the patched verl tree."""
+def p40_env(work: str, src: str, memory_gib: float, guard: bool, pythonpath: str = "") -> Dict[str, str]:
+    """The environment of a run in ``work`` under P40 rules: the guard's sitecustomize first, the patched verl tree,
+    then ``pythonpath`` (the release's own packages) or, when it is empty, the inherited PYTHONPATH."""
     report = report_dir(work)
     shutil.rmtree(report, ignore_errors=True)
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([os.path.join(REPO, "verl_pascal", "p40_rules", "site"), REPO, src,
-                                       os.environ.get("PYTHONPATH", "")]),
+                                       pythonpath or os.environ.get("PYTHONPATH", "")]),
         "P40_RULES": "1",
         "P40_RULES_MEMORY_GIB": str(memory_gib),
         "P40_RULES_REPORT_DIR": report,
@@ -261,7 +262,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 def measured(args: argparse.Namespace) -> Dict[str, Any]:
     work, src, script = prepare(args)
     report = report_dir(work)
-    env = p40_env(work, src, args.memory_gib, not args.no_guard)
+    env = p40_env(work, src, args.memory_gib, not args.no_guard, args.pythonpath)
     extra = run_overrides(args)
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
@@ -325,6 +326,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--response-length", type=int, default=256)
     p.add_argument("--problems", type=int, default=512)
     p.add_argument("--memory-gib", type=float, default=22.0)
+    p.add_argument("--pythonpath", default="",
+                   help="the run's packages instead of the inherited PYTHONPATH (where two releases need different ones)")
     p.add_argument("--no-guard", action="store_true", help="memory cap and TF32 off only, no op guard (to measure its cost)")
     p.add_argument("--control", action="store_true",
                    help="put bf16 back (verl's autocasts, the critic's param dtype): the guard must fail the run")

@@ -125,7 +125,7 @@ def proof(args: argparse.Namespace) -> int:
     runs = os.path.join(work, "runs")
     if args.runs_tmpfs_mib:
         mount_tmpfs(runs, args.runs_tmpfs_mib)
-    env = base.p40_env(work, src, args.memory_gib, not args.no_guard)
+    env = base.p40_env(work, src, args.memory_gib, not args.no_guard, args.pythonpath)
     log = os.path.join(work, "resume-proof.log")
     first = start(script, ["--algo", args.algo, *base.run_overrides(args)], env, log)
     # With a small disk the run dies on its own (the save fails); else it is killed after --kill-after steps.

@@ -53,6 +53,20 @@ def test_a_run_is_the_ppo_bench_with_the_runs_sizes_and_the_learning_overrides_l
     assert ppo_p40_rules.run_overrides(ns)[-len(ns.override):] == ns.override
 
 
+def test_each_release_runs_with_its_own_packages_and_the_others_with_the_inherited_ones(tmp_path: Path, monkeypatch) -> None:
+    """0.5.0 and 0.9.1 need different transformers: one benchmark process gives each run its release's PYTHONPATH."""
+    both = sdists(tmp_path, "0.5.0", "0.9.1")
+    args = bench.parse_args(["--verl-sdist", both[0], "--verl-sdist", both[1], "--work", str(tmp_path / "w"),
+                             "--pythonpath", "0.9.1=/site-091"])
+    newest = bench.run_args(both[1], learning.RunSpec("ppo", 1), args, "/m", "/d")
+    oldest = bench.run_args(both[0], learning.RunSpec("ppo", 1), args, "/m", "/d")
+    assert (newest.pythonpath, oldest.pythonpath) == ("/site-091", "")
+    monkeypatch.setenv("PYTHONPATH", "/site-050")
+    work = str(tmp_path / "w")
+    assert ppo_p40_rules.p40_env(work, "/src", 22.0, True, "/site-091")["PYTHONPATH"].split(":")[2:] == ["/src", "/site-091"]
+    assert ppo_p40_rules.p40_env(work, "/src", 22.0, True)["PYTHONPATH"].split(":")[2:] == ["/src", "/site-050"]
+
+
 class StandIn:
     """ppo_p40_rules.run: writes a log of 10 steps whose held-out score rises (or not, for a control or a
     name in ``flat``), or of 7 steps for a name in ``short``."""
@@ -129,6 +143,8 @@ def test_a_run_that_stops_short_of_its_steps_fails_the_benchmark(tmp_path, monke
     (["--set", "speed=2"], "NAME one of steps"),
     (["--set", "steps=many"], "steps is a int"),
     (["--parallel", "0"], "--parallel must be 1 or more"),
+    (["--pythonpath", "0.9.1=/site"], "VERSION one of 0.5.0"),
+    (["--pythonpath", "/site"], "expected VERSION=DIRS"),
 ])
 def test_bad_arguments_are_one_line_and_status_2(argv: List[str], message: str, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
