@@ -29,7 +29,7 @@ from conftest import REPO_ROOT  # noqa: E402
 from hostile_sdist import hostile_sdist  # noqa: E402
 from prefetch_server import Upstream, simple_page  # noqa: E402
 from verl_pascal.prefetch import artifacts, cli, pipwheels  # noqa: E402
-from verl_pascal.prefetch.lock import Lock, LockError, parse_overrides  # noqa: E402
+from verl_pascal.version_lock import Lock, LockError, parse_overrides  # noqa: E402
 
 CHUNK = 16 * 1024  # --chunk-size 16 (KiB): small, so a drop lands on a chunk boundary
 

@@ -17,8 +17,8 @@ from typing import List, Optional
 import pytest
 import yaml
 
-from verl_pascal.prefetch.lock import Lock
 from verl_pascal.standins import build
+from verl_pascal.version_lock import Lock
 
 from conftest import REPO_ROOT as REPO  # noqa: E402
 

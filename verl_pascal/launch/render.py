@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping
 import jinja2
 
 from verl_pascal import profiles, verl_releases
-from verl_pascal.prefetch.lock import Lock, LockError, load_lock, load_lock_file
+from verl_pascal.version_lock import Lock, LockError, load_lock, load_lock_file
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")

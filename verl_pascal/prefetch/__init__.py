@@ -1,10 +1,9 @@
 """verl-pascal prefetch: fill an offline artifact mirror from the version lock.
 
 Controller-side tooling (not an Ansible module); ``verl-pascal-prefetch`` is its
-command line. The modules:
+command line. It reads the lock with ``verl_pascal.version_lock`` (shared with
+the launch renderer). The modules:
 
-- ``lock``: read the lock the playbook reads (inventory/group_vars/all/*.yml),
-  apply ``--var`` overrides and render simple ``{{ var }}`` references;
 - ``artifacts``: find every artifact in the lock (the artifact registry
   ``artifacts: {<id>: {name, url, sha256, size}}`` and the verl releases'
   sdists); the list ``PROVIDERS`` is the extension point for new kinds;

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
-from .lock import Lock, LockError
+from verl_pascal.version_lock import Lock, LockError
 
 RESERVED_NAMES = frozenset({"manifest.json", "SHA256SUMS", "simple", "index.html", "find-links.html"})
 PIP_SDIST = "pip-sdist"

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from verl_pascal.version_lock import DEFAULT_LOCK_PATHS, REPO_ROOT, Lock, LockError, parse_overrides
+
 from . import artifacts as arts
 from . import mirror as records
 from . import pipwheels, sdists
 from .fetch import FetchOptions, FetchResult, Fetcher, human, part_path
-from .lock import DEFAULT_LOCK_PATHS, REPO_ROOT, Lock, LockError, parse_overrides
 from .progress import Progress
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -48,9 +48,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 from verl_pascal.prefetch import cli as prefetch_cli
 from verl_pascal.prefetch.artifacts import REGISTRY, Artifact, from_registry
 from verl_pascal.prefetch.fetch import sha256_file
-from verl_pascal.prefetch.lock import Lock
 from verl_pascal.prefetch.mirror import manifest_entry, update_records
 from verl_pascal.prefetch.pipwheels import SIMPLE, project_of, write_index
+from verl_pascal.version_lock import Lock
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "scripts" / "standins"

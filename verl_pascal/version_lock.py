@@ -1,4 +1,8 @@
-"""Read the version lock the playbook reads, with overrides and simple templating.
+"""The variables the playbooks read (the version lock and the site settings), outside Ansible.
+
+Read by the prefetch (``verl-pascal-prefetch``), the launch renderer
+(``verl_pascal/launch/render.py``) and the stand-in builder, so it belongs to
+none of them.
 
 The lock is every ``*.yml``/``*.yaml`` file of ``inventory/group_vars/all/``
 (versions.yml, settings.yml, ...), merged in file-name order as Ansible does.
@@ -16,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LOCK_PATHS: Tuple[Path, ...] = (REPO_ROOT / "inventory" / "group_vars" / "all",)
 
 _SIMPLE_REF = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
