@@ -66,11 +66,42 @@ def test_a_broken_table_is_refused(rows: Dict[str, Any]) -> None:
         nvidia_gpu.ranges_of_table(rows)
 
 
-def test_argument_specs_allow_exactly_the_tables_names() -> None:
-    assert spec_option("preflight", "preflight_profile")["choices"] == ["auto", *ROWS]
-    assert spec_option("verl", "verl_profile")["choices"] == list(ROWS)
-    every_rollout = sorted({r for row in ROWS.values() for r in row["rollouts"]})
-    assert sorted(spec_option("launch", "launch_rollout")["choices"]) == every_rollout
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: "{{ role }}"
+"""
+
+
+def test_the_roles_list_no_profile_or_rollout_of_their_own() -> None:
+    """argument_specs declare the variables; their values are checked against the table, which names them once."""
+    for role, name in [("preflight", "preflight_profile"), ("verl", "verl_profile"), ("launch", "launch_rollout")]:
+        assert "choices" not in spec_option(role, name), f"{role}: {name} repeats the table's names as choices"
+
+
+def run_role(tmp_path: Path, role: str, *extra: str) -> subprocess.CompletedProcess:
+    return run_playbook(tmp_path, ROLE_PLAY, "-e", f"role={role}",
+                        "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}", *extra,
+                        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=300)
+
+
+@pytest.mark.parametrize(("role", "var", "first_task"), [
+    ("verl", "verl_profile", "Check the GPU profile is a row"),
+    ("launch", "launch_rollout", "Check the rollout is one the GPU-profile table offers"),
+])
+def test_a_name_the_table_does_not_have_stops_the_role_at_its_first_task_naming_the_tables(
+        tmp_path: Path, role: str, var: str, first_task: str) -> None:
+    proc = run_role(tmp_path, role, "-e", f"{var}=turbo", "-e", "preflight_gpu_profile=pascal")
+    out = proc.stdout
+    assert proc.returncode != 0 and f"{var} is turbo" in out, out[-2000:]
+    tasks = [line for line in out.splitlines() if line.startswith("TASK [") and "Validating arguments" not in line
+             and "include_role" not in line]
+    assert len(tasks) == 1 and first_task in tasks[0], tasks
+    offered = sorted(ROWS) if role == "verl" else sorted({r for row in ROWS.values() for r in row["rollouts"]})
+    assert all(name in out for name in offered), (offered, out[-1500:])
 
 
 def test_the_patcher_patches_what_the_table_says() -> None:

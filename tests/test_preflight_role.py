@@ -249,11 +249,20 @@ def test_the_disk_is_judged_until_what_needs_it_is_installed(tmp_path: Path, ins
         assert proc.returncode != 0 and "Not enough free disk space" in proc.stdout, proc.stdout
 
 
-def test_wrongly_typed_variable_fails_before_any_task(tmp_path: Path) -> None:
+def test_a_profile_the_table_does_not_have_is_refused_with_the_tables_names_before_the_gpus_are_read(
+        tmp_path: Path) -> None:
     proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "preflight_profile=turbo")
     assert proc.returncode != 0
-    assert "preflight_profile" in proc.stdout
+    assert "preflight_profile is turbo" in proc.stdout
+    assert all(name in proc.stdout for name in ("auto", *yaml.safe_load(
+        (REPO / "verl_pascal/gpu_profiles.yml").read_text())["profiles"]))
     assert "Read the NVIDIA GPUs" not in proc.stdout
+
+
+def test_a_profile_named_by_the_user_is_used_whatever_the_gpus_say(tmp_path: Path) -> None:
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", "preflight_profile=native")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert facts["profile"] == "native"
 
 
 def test_both_mirrors_set_fails_before_the_gpu_is_read(tmp_path: Path) -> None:
