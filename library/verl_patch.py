@@ -25,7 +25,7 @@ description:
     (a journal in the tree, rolled forward by the next run, which also removes
     stray temporary files). In check mode an interrupted patch is reported
     (changed, with a warning), not scanned.
-  - The logic lives in C(module_utils/verl_patch.py), shared with C(verl-patch).
+  - The logic lives in C(module_utils/verl_patch/), shared with C(verl-patch).
   - C(torch.compile) of the entropy is not patched; set
     C(actor_rollout_ref.actor.use_torch_compile=False) instead.
 options:

@@ -1,4 +1,4 @@
-"""Tests for module_utils/verl_patch.py, verl-patch and library/verl_patch.py.
+"""Tests for module_utils/verl_patch/, verl-patch and library/verl_patch.py.
 
 Two kinds of input:
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from conftest import ANSIBLE, run_ansible_module
+from conftest import ANSIBLE, needs_ansible, run_ansible_module, run_playbook
 
 from verl_pascal.module_utils import verl_patch
 from verl_pascal.module_utils.verl_patch import (
@@ -51,6 +51,7 @@ from verl_pascal.module_utils.verl_patch import (
     make_plan,
     patch_tree,
 )
+from verl_pascal.module_utils.verl_patch.finders import autocast
 
 from verl_pascal import verl_releases
 
@@ -915,7 +916,7 @@ def test_rewrite_that_does_not_compile_aborts_before_writing(synthetic: Path, mo
         end = ctx.src.span(call)[1]
         return [verl_patch.Edit(end, end, ")")]
 
-    monkeypatch.setattr(verl_patch, "autocast_edits", broken)
+    monkeypatch.setattr(autocast, "autocast_edits", broken)
     before = snapshot(synthetic)
     with pytest.raises(RewriteError, match="does not compile"):
         patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
@@ -923,7 +924,7 @@ def test_rewrite_that_does_not_compile_aborts_before_writing(synthetic: Path, mo
 
 
 def test_rewrite_that_leaves_a_site_aborts(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(verl_patch, "autocast_edits", lambda ctx, call, dtype, enabled: [])
+    monkeypatch.setattr(autocast, "autocast_edits", lambda ctx, call, dtype, enabled: [])
     before = snapshot(synthetic)
     with pytest.raises(RewriteError, match="left a autocast_bf16 site"):
         patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
@@ -960,16 +961,18 @@ def test_patched_imports_fall_back_and_still_prefer_flash_attn(synthetic: Path, 
 
 
 def test_engine_is_stdlib_only_and_python38_compatible() -> None:
-    """The engine ships to hosts with Python 3.8+: stdlib imports only, no 3.9+ syntax."""
-    source = (REPO_ROOT / "module_utils/verl_patch.py").read_text()
-    tree = ast.parse(source, feature_version=(3, 8))
+    """The engine ships to hosts with Python 3.8+: stdlib imports only (and its own modules, imported
+    relatively, so that Ansible ships them and verl_pascal reaches them by its one name), no 3.9+ syntax."""
     stdlib = {"__future__", "ast", "dataclasses", "difflib", "hashlib", "json", "os", "pkgutil", "re", "signal"}
     stdlib |= {"sys", "tempfile", "typing"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            assert {a.name.split(".")[0] for a in node.names} <= stdlib
-        elif isinstance(node, ast.ImportFrom):
-            assert (node.module or "").split(".")[0] in stdlib
+    files = sorted((REPO_ROOT / "module_utils" / "verl_patch").rglob("*.py"))
+    assert len(files) > 1
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), feature_version=(3, 8))):
+            if isinstance(node, ast.Import):
+                assert {a.name.split(".")[0] for a in node.names} <= stdlib, path
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                assert (node.module or "").split(".")[0] in stdlib, path
     ast.parse((REPO_ROOT / "verl_pascal" / "patch_cli.py").read_text(), feature_version=(3, 8))
 
 
@@ -1019,3 +1022,39 @@ def test_module_check_mode_diff_then_apply(real_tree: Path, tmp_path: Path) -> N
 def test_module_fails_on_unsupported_version(synthetic: Path, tmp_path: Path) -> None:
     result = run_module(tmp_path, "source=%s" % synthetic)
     assert result.get("failed") is True and "not supported" in result["msg"]
+
+
+PLAYBOOK_PATCH = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Patch the tree
+      verl_patch: {source: "%s", patch: fp32, allow_unsupported: true}
+      register: first
+    - name: Patch it again
+      verl_patch: {source: "%s", patch: fp32, allow_unsupported: true}
+      register: second
+    - name: The first run patched, the second changed nothing
+      ansible.builtin.assert:
+        that: [first is changed, second is not changed, first.counts.autocast_bf16 > 0]
+"""
+
+
+@needs_ansible
+def test_a_playbook_ships_the_engine_package_and_patches_as_the_engine_does(synthetic: Path, tmp_path: Path) -> None:
+    """ansible-playbook runs library/verl_patch.py with the engine as a package (module_utils/verl_patch/):
+    AnsiballZ ships each of its modules, reached by relative imports, and the compat files; the tree it
+    leaves is byte for byte the one the engine leaves in-process."""
+    expected = tmp_path / "expected"
+    shutil.copytree(str(SYNTHETIC), str(expected))
+    patch_tree(str(expected), allow_unsupported=True)
+    proc = run_playbook(tmp_path, PLAYBOOK_PATCH % (synthetic, synthetic))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def tree(root: Path) -> Dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts}
+
+    assert tree(synthetic) == tree(expected)
+    compat = REPO_ROOT / "module_utils" / "verl_pascal_compat" / "bert_padding.py"
+    assert (synthetic / "verl/_pascal_compat/bert_padding.py").read_bytes() == compat.read_bytes()

@@ -1,7 +1,7 @@
 """verl-patch killed for real (SIGKILL) at every file-system write, then run again.
 
 The engine's test hook (``VERL_PATCH_FAULT_AT_WRITE=N``, read by
-module_utils/verl_patch.py) makes the process SIGKILL itself at its Nth write
+module_utils/verl_patch/atomic.py) makes the process SIGKILL itself at its Nth write
 point: right before each write, and once after the last one. Each test runs the
 real CLI as a subprocess on a copy of the real verl 0.5.0 sdist tree.
 """

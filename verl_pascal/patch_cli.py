@@ -2,7 +2,7 @@
 
 The ``verl-patch`` command (``pip install -e .`` puts it on PATH); Python 3.8+
 with PyYAML (it reads the GPU-profile table). The logic is
-module_utils/verl_patch.py (standard library only), shared with the Ansible
+module_utils/verl_patch/ (standard library only), shared with the Ansible
 module library/verl_patch.py.
 
 A run killed part-way (even by SIGKILL) leaves a journal in the tree; the next
