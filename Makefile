@@ -22,8 +22,8 @@ setup:
 venv: $(VENV)/.installed
 
 # --no-compile: the ansible package alone brings tens of thousands of modules
-# that are never imported; Python compiles those that are on first import.
-# That halves the CPU time of this install (150 -> 61 s user, 2026-12-04).
+# that are never imported; Python compiles those that are on first import
+# (what it saves: docs/benchmarks.md, "The test command").
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --no-compile -r requirements-dev.txt

@@ -5,8 +5,8 @@ Each cell is one run of bench/ppo_p40_rules.py (patched verl, the rendered
 launch script, the allocator cap, TF32 off; the per-op guard only with
 --guard) for a few steps. Cells run side by side, --parallel at a time, each
 in its own Ray cluster: a big GPU holds several 22 GiB-capped processes (139
-GiB / 24 GiB: five on an H200), which puts a whole sweep into minutes. The
-2026-11-29 sweep ran four at a time. Memory is per process and carries over
+GiB / 24 GiB: five on an H200), which puts a whole sweep into minutes
+(docs/benchmarks.md says how many ran at once). Memory is per process and carries over
 to a P40; seconds do not, and when cells share a GPU they are slower still
 (the table says how many ran at once).
 

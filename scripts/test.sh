@@ -8,9 +8,7 @@
 #   main:    the unit tests (while the inputs are built), then, once the inputs
 #            are there, the default scenario and the fleet scenario, which
 #            starts from the box the default scenario converged
-# (balanced by their measured times: on 2026-12-05, from a fresh clone, after
-# 114 s of setup, venv and lint, the upgrade lane took 2039 s and the main
-# lane 2177 s with failures, 99 s, in it; the run 2291 s in all).
+# (balanced by their measured times: docs/benchmarks.md, "The test command").
 # Each stage's output goes to its lane's log, .cache/test/<lane>.log (setup,
 # venv and lint to main's); the terminal gets one line per stage and its time
 # (scripts/stages.sh), each prefixed with its lane, with pytest's summary line
