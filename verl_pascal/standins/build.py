@@ -394,6 +394,7 @@ def standins_yml(overrides: Dict[str, object], torch: str, out: Path, refused: O
 
 def stamp_inputs() -> Iterable[Path]:
     yield Path(__file__)
+    yield REPO / "verl_pascal" / "version_lock.py"  # the lock reader the build reads the registry with
     for root in (SRC, REPO / "inventory" / "group_vars" / "all", REPO / "verl_pascal" / "releases",
                  REPO / "roles" / "conda" / "files", REPO / "verl_pascal" / "prefetch", REPO / "module_utils"):
         yield from sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
