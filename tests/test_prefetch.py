@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib.util
 import hashlib
 import io
 import json
@@ -33,6 +34,13 @@ from verl_pascal.version_lock import Lock, LockError, parse_overrides  # noqa: E
 
 CHUNK = 16 * 1024  # --chunk-size 16 (KiB): small, so a drop lands on a chunk boundary
 
+
+def needs_setuptools() -> None:
+    """Skip without setuptools, which pip needs to prepare the hostile sdist (in its own process). Looked up,
+    not imported: importing setuptools after another test imported the standard library's distutils (pip's
+    internals do) fails in setuptools' own check."""
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("setuptools is not installed")
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -826,7 +834,7 @@ def clean_pip_env(**extra: str) -> Dict[str, str]:
 @pytest.mark.parametrize("page_hash", [False, True], ids=["page-without-hash", "page-with-its-hash"])
 def test_hostile_sdist_is_refused_before_anything_opens_it(tmp_path: Path, page_hash: bool) -> None:
     """A substituted verl-0.5.0.tar.gz on pip's index: the real lock's sha256 stops it; its setup.py never runs."""
-    pytest.importorskip("setuptools")
+    needs_setuptools()
     lock_sha = artifacts.discover(Lock.from_paths()).artifacts
     lock_sha = next(a.sha256 for a in lock_sha if a.path == "verl-0.5.0.tar.gz")
     marker = tmp_path / "setup-py-ran"
@@ -856,7 +864,7 @@ def test_hostile_sdist_is_refused_before_anything_opens_it(tmp_path: Path, page_
 def test_pip_lock_takes_each_lock_without_deps_and_sdists(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Two complete locks pinning different versions, a dependency no lock lists, a project with no wheel."""
-    pytest.importorskip("setuptools")
+    needs_setuptools()
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     links = tmp_path / "links"
     links.mkdir()
@@ -939,7 +947,7 @@ def test_pip_lock_with_a_pin_without_hash_is_refused_before_pip_starts(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
         text: str, number: int, requirement: str) -> None:
     """Without the refusal, pip downloads the sdist and runs its setup.py to prepare its metadata."""
-    pytest.importorskip("setuptools")
+    needs_setuptools()
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     files, marker = hostile_index(tmp_path)
     pins = tmp_path / "pins.txt"
@@ -962,7 +970,7 @@ def test_pip_downloads_a_lock_with_require_hashes(tmp_path: Path, capsys: pytest
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The second line of defence: a requirement that reaches pip without a hash (here from --pip-arg, beside a
     lock that pins nothing) is refused by pip itself before it prepares the sdist."""
-    pytest.importorskip("setuptools")
+    needs_setuptools()
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     files, marker = hostile_index(tmp_path)
     pins = tmp_path / "pins.txt"
