@@ -1,11 +1,10 @@
 """Tests for the verl role's Python helpers: scripts/lock_filter.py (what the
-dependency locks leave to the pytorch role) and roles/verl/files/verl_env_probe.py
-(how the role reads the env), plus the committed locks themselves."""
+dependency locks leave to the pytorch role), plus the committed locks themselves.
+How the role reads the env (module_utils/env_probe.py) is tested in tests/test_env_probe.py."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import subprocess
 import sys
@@ -28,7 +27,6 @@ def load(path: Path) -> ModuleType:
 
 
 lock_filter = load(ROOT / "scripts" / "lock_filter.py")
-probe = load(ROOT / "roles" / "verl" / "files" / "verl_env_probe.py")
 
 COMPILED = """\
 accelerate==1.15.0        # via peft, -r requirements.in
@@ -125,34 +123,6 @@ def test_locked_transformers_imports_with_torch_26(lock):
     with torch 2.6 verl's trainer fails importing modeling_mistral. A torch 2.6 lock must stay below."""
     pins = dict(re.findall(r"(?m)^([A-Za-z0-9._-]+)==([^ \\\n]+)", lock.read_text()))
     assert tuple(int(x) for x in pins["transformers"].split(".")[:3]) < (5, 10, 1), pins["transformers"]
-
-
-def test_probe_reads_this_python(capsys):
-    found = probe.probe()
-    assert found["python"] == "%d.%d" % sys.version_info[:2]
-    assert set(found) == {"python", "torch", "verl", "verl_dir"}
-
-
-def test_probe_reads_an_editable_verl(tmp_path, monkeypatch):
-    dist = tmp_path / "verl-0.5.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.5.0\n")
-    (dist / "direct_url.json").write_text(
-        json.dumps({"url": "file:///opt/verl%20pascal/verl/0.5.0-pascal/", "dir_info": {"editable": True}})
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    found = probe.probe()
-    assert found["verl"] == "0.5.0"
-    assert found["verl_dir"] == "/opt/verl pascal/verl/0.5.0-pascal"
-
-
-def test_probe_reports_a_non_editable_verl_without_a_dir(tmp_path, monkeypatch):
-    dist = tmp_path / "verl-0.4.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.4.1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    found = probe.probe()
-    assert (found["verl"], found["verl_dir"]) == ("0.4.1", None)
 
 
 HASHED = """\
