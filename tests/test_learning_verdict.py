@@ -299,3 +299,30 @@ def test_every_override_lands_in_the_releases_own_config_after_the_launch_script
     if spec.algo == "ppo":
         assert OmegaConf.select(cfg, "critic.model.path") == "/srv/warm-model"
         assert OmegaConf.select(cfg, "critic.optim.lr") == s.critic_lr
+
+
+def test_the_judge_command_draws_every_runs_held_out_curve_into_one_png(tmp_path: Path, capsys, monkeypatch) -> None:
+    drawn: List[Tuple[str, bool, List[float]]] = []
+    import matplotlib.axes
+
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(self, xs, ys, *args, **kwargs):  # what each line of the chart holds
+        drawn.append((kwargs["label"], kwargs.get("linestyle") == "--", list(ys)))
+        return real_plot(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    png = tmp_path / "held-out.png"
+    rc, out, _ = judge_cli(f"ppo-seed1={write_log(tmp_path / 'a.log', RISING)}",
+                           f"ppo-seed1-control={write_log(tmp_path / 'b.log', FLAT)}", "--chart", str(png),
+                           capsys=capsys)
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [(label.split(" ")[0], dashed) for label, dashed, _ in drawn] == [("ppo-seed1", False),
+                                                                            ("ppo-seed1-control", True)]
+    assert drawn[0][2] == [v for _, v in RISING] and drawn[1][2] == [v for _, v in FLAT]
+
+
+def test_a_chart_that_cannot_be_written_is_status_2_with_its_path(tmp_path: Path, capsys) -> None:
+    rc, _, err = judge_cli(f"ppo-seed1={write_log(tmp_path / 'a.log', RISING)}", "--chart",
+                           str(tmp_path / "no-such-dir" / "x.png"), capsys=capsys)
+    assert rc == 2 and "x.png: cannot write the chart" in err

@@ -30,7 +30,7 @@ nan or inf fails every check it is in. A check with no run to judge is "not
 run": it fails the verdict when it is required.
 
     python -m verl_pascal.report.learning overrides --algo ppo --seed 1 --data DIR --model DIR [--control]
-    python -m verl_pascal.report.learning judge ppo-seed1=A.log ppo-seed1-control.log [--require ...]
+    python -m verl_pascal.report.learning judge ppo-seed1=A.log ppo-seed1-control.log [--require ...] [--chart held-out.png]
 """
 
 from __future__ import annotations
@@ -365,6 +365,36 @@ def run_of(name: str, path: str, verl: str, seed: int, algo: str, control: bool)
     return Run(name, verl, algo, seed, control, held or [], None if held else "no held-out score in its log")
 
 
+def chart(runs: Sequence[Run], path: str, title: str = "") -> List[str]:
+    """One PNG of every run's held-out curve (a control dashed), whole or absent; the legend's labels.
+
+    OSError when it cannot be written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # a box or a CI machine has no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    labels: List[str] = []
+    for run in runs:
+        label = f"{run.name} ({run.verl})" + (f": {run.error}"[:60] if run.error else "")
+        xs, ys = [s for s, _ in run.held_out], [v for _, v in run.held_out]
+        ax.plot(xs, ys, marker=".", linestyle="--" if run.control else "-", label=label)
+        labels.append(label)
+    ax.set_title("Held-out score (exact final answer), before training and every few steps"
+                 + (f"\n{title}" if title else ""), fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean score of the held-out problems")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    try:
+        charts.save(fig, path)
+    finally:
+        plt.close(fig)
+    return labels
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m verl_pascal.report.learning", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -380,6 +410,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="ALGO-seedN[-control][@VERL]=LOG, or a LOG named SPEC.log: "
                         "ppo-seed1=run1/train.log logs/ppo-seed1-control.log")
     j.add_argument("--require", nargs="+", choices=CHECKS, default=["rises", "flat_control"])
+    j.add_argument("--chart", metavar="PNG", help="also draw every run's held-out curve into this PNG")
+    j.add_argument("--title", default="", help="the chart's second title line (date, GPU, versions)")
     return p.parse_args(argv)
 
 
@@ -411,6 +443,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"learning: {exc}", file=sys.stderr)
         return 2
     verdict = judge(runs, required=args.require)
+    if args.chart:
+        try:
+            chart(runs, args.chart, args.title)
+        except OSError as exc:
+            print(f"learning: {args.chart}: cannot write the chart ({exc.strerror or exc})", file=sys.stderr)
+            return 2
     print(json.dumps({"verdict": verdict}))
     return 0 if verdict["passed"] else 1
 
