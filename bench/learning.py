@@ -17,7 +17,8 @@ shows the pipeline runs, not that it learns. Here the model starts above 0:
    --verl-sdist: PPO and GRPO with seeds 1 and 2, and PPO with the actor's
    learning rate 0 (the control); on each further one: PPO and GRPO with
    seed 1. --short: the first release's PPO seed 1 and its control.
-   --parallel runs share the GPU (an H200 holds five capped runs).
+   --parallel runs share the GPU (tiny models: seven fit an H200 under their caps).
+   --pythonpath VERSION=DIRS gives a release's runs their own packages.
 
 Prints the warm start's JSON line, one JSON line per run as it ends (its
 per-step held-out score, training score, response length, KL, entropy and
@@ -26,7 +27,8 @@ none), then the verdict (verl_pascal/report/learning.py: rises, flat control,
 seeds agree, releases agree). Exit status 1 when the verdict fails, 2 on bad
 arguments.
 
-    python3 -m bench.learning --verl-sdist verl-0.5.0.tar.gz --verl-sdist verl-0.9.1.tar.gz --parallel 5
+    python3 -m bench.learning --verl-sdist verl-0.5.0.tar.gz --verl-sdist verl-0.9.1.tar.gz --parallel 7 \\
+        --pythonpath 0.5.0=SITE_050 --pythonpath 0.9.1=SITE_091
 """
 
 from __future__ import annotations
