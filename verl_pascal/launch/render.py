@@ -12,6 +12,7 @@ preflight's GPU facts give a box is stated here (OUTSIDE_ANSIBLE).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shlex
@@ -29,7 +30,7 @@ TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")
 LAUNCH_DEFAULTS = REPO / "roles" / "launch" / "defaults" / "main.yml"
 GROUP_VARS = REPO / "inventory" / "group_vars" / "all"
 # The project's Jinja filters, as Ansible loads them (ansible.cfg's filter_plugins).
-FILTERS = REPO / "filter_plugins" / "verl_release.py"
+FILTERS = REPO / "filter_plugins"
 
 #: What the launch role takes from preflight's GPU facts and Ansible itself:
 #: one Tesla P40 unless the caller says otherwise.
@@ -47,30 +48,9 @@ OUTSIDE_ANSIBLE: Dict[str, Any] = {
     "model_repo": "model",
 }
 
-#: Preset keys -> the launch variable that overrides each (0 or "" = from the preset).
-PRESET_VARIABLES = {
-    "train_batch_size": "launch_train_batch_size",
-    "ppo_mini_batch_size": "launch_ppo_mini_batch_size",
-    "micro_batch_size": "launch_micro_batch_size",
-    "param_offload": "launch_param_offload",
-    "actor_param_offload": "launch_actor_param_offload",
-    "optimizer_offload": "launch_optimizer_offload",
-}
-
-#: GRPO's preset sizes (responses a step and a mini-batch) -> the PPO size a row without them gives.
-GRPO_PRESET_KEYS = {"grpo_train_responses": "train_batch_size", "grpo_mini_responses": "ppo_mini_batch_size"}
-
-
 def ansible_bool(value: object) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
-
-
-def preset_for(presets: Any, memory_mib: int) -> Dict[str, Any]:
-    """The first of launch_memory_presets whose min_memory_mib the GPU reaches (as the role picks)."""
-    for preset in presets:
-        if int(preset["min_memory_mib"]) <= memory_mib:
-            return dict(preset)
-    raise ValueError(f"no launch_memory_presets row for {memory_mib} MiB")
+    """``value`` as Ansible's ``bool`` filter reads it (the rule of filter_plugins/launch_preset.py)."""
+    return bool(filter_modules()["launch_preset"].ansible_bool(value))
 
 
 def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
@@ -84,13 +64,16 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
             values[name] = lock.get(name)
         except LockError:  # needs Ansible's filters (launch_model_dir), or a fact: pass it, or the template fails
             pass
-    preset = preset_for(values["launch_memory_presets"], int(values["gpu_memory_mib"]))
-    for key, name in PRESET_VARIABLES.items():
-        if str(values[name]) in ("", "0"):
-            values[name] = preset[key]
-    # GRPO's sizes in responses: the row's, or its PPO sizes as they stand now (the role's rule).
-    for key, ppo in GRPO_PRESET_KEYS.items():
-        values.setdefault(f"launch_{key}", preset.get(key, values[PRESET_VARIABLES[ppo]]))
+    # The role's rule, the same function (filter_plugins/launch_preset.py): the sizes and offloads the
+    # role passes the template as launch_* (roles/launch/tasks/main.yml).
+    preset = filter_modules()["launch_preset"]
+    knobs = (*preset.SIZES, *preset.OFFLOADS)  # each set by the variable launch_<key>
+    effective = preset.launch_preset(values["launch_memory_presets"], values["gpu_memory_mib"],
+                                     {key: values[f"launch_{key}"] for key in knobs})
+    for key in knobs:
+        values[f"launch_{key}"] = effective[key]
+    for key in preset.GRPO_SIZES:
+        values.setdefault(f"launch_{key}", effective[key])
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
     if "verl_releases" not in values:  # the folders that validate; ReleaseError if verl_version's does not
         values["verl_releases"] = verl_releases.available(needed=[str(values["verl_version"])])
@@ -117,13 +100,25 @@ def host_memory_needs(values: Mapping[str, Any]) -> Dict[str, int]:
             for algo in host_memory.ALGOS}
 
 
+@functools.lru_cache(maxsize=None)
+def filter_modules() -> Dict[str, ModuleType]:
+    """Every file of filter_plugins/ by its name, loaded by path as Ansible loads them."""
+    modules: Dict[str, ModuleType] = {}
+    for path in sorted(FILTERS.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"verl_pascal_filter_plugins_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module: ModuleType = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules[path.stem] = module
+    return modules
+
+
 def project_filters() -> Dict[str, Any]:
-    """The filters of filter_plugins/, loaded by path as Ansible loads them."""
-    spec = importlib.util.spec_from_file_location("verl_pascal_filter_plugins", FILTERS)
-    assert spec is not None and spec.loader is not None
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return dict(module.FilterModule().filters())
+    """The project's Jinja filters, from every file of filter_plugins/."""
+    filters: Dict[str, Any] = {}
+    for module in filter_modules().values():
+        filters.update(module.FilterModule().filters())
+    return filters
 
 
 def render(overrides: Mapping[str, Any], template: str = TEMPLATE) -> str:
