@@ -81,9 +81,9 @@ CONTROL_OVERRIDE = "++critic.model.fsdp_config.mixed_precision.param_dtype=bf16"
 def control_overrides(version: str) -> List[str]:
     """The negative control's configuration part, with the key as ``version`` spells it."""
     from verl_pascal import verl_releases
-    from verl_pascal.launch import render
+    from verl_pascal.launch import compose
 
-    return [render.project_filters()["release_keys"](CONTROL_OVERRIDE, verl_releases.read(version))]
+    return [compose.release_keys(CONTROL_OVERRIDE, verl_releases.read(version))]
 
 
 def prepare_data(work: str, count: int) -> str:

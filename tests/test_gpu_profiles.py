@@ -17,7 +17,7 @@ import yaml
 
 from verl_pascal.module_utils import nvidia_gpu, verl_patch
 from verl_pascal import profiles, verl_releases
-from verl_pascal.launch import render
+from verl_pascal.launch import compose, render
 
 from conftest import REPO_ROOT as REPO
 from conftest import run_playbook
@@ -84,8 +84,10 @@ def test_the_roles_list_no_profile_or_rollout_of_their_own() -> None:
 def run_role(tmp_path: Path, role: str, *extra: str) -> subprocess.CompletedProcess:
     return run_playbook(tmp_path, ROLE_PLAY, "-e", f"role={role}",
                         "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
-                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}", *extra,
-                        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=300)
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
+                        # preflight's plan of a box of its own, which both roles require
+                        "-e", json.dumps({"fleet": {"nnodes": 1, "n_gpus_per_node": 1, "memory_mib": 24576}}),
+                        *extra, env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=300)
 
 
 @pytest.mark.parametrize(("role", "var", "first_task"), [
@@ -148,19 +150,20 @@ def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str
 @pytest.mark.parametrize("version", ["0.5.0", "0.9.1"])
 @pytest.mark.parametrize("profile", list(ROWS))
 def test_the_verl_check_composes_what_the_launch_script_runs(profile: str, tmp_path: Path, version: str) -> None:
-    """The check before a release goes active composes the overrides the launch script will run with:
-    the profile's rollout and overrides (under the keys the release reads: 0.9.1 moved the critic's),
-    and every setting the script passes (only the data and model paths are placeholders)."""
+    """The check before a release goes active composes, against the new tree, what the GPU profile and
+    the release add to every run, as the launch script runs it: the profile's rollout and overrides
+    under the keys the release reads (0.9.1 moved the critic's), the release's helper-process sizes and
+    own keys; only the data and model paths are placeholders."""
     launch = launch_overrides(profile, tmp_path, version)
     check = verl_check_overrides(profile, tmp_path, version)
     row = ROWS[profile]
     release = verl_releases.read(version)
-    spelled = render.project_filters()["release_keys"](row["overrides"], release)
-    profile_part = [f"actor_rollout_ref.rollout.name={row['rollouts'][0]}", *spelled]
-    assert [o for o in launch if o in profile_part] == profile_part
-    assert [o for o in check if o in profile_part] == profile_part
+    box = {"nnodes": 1, "n_gpus_per_node": 1}
+    fitted = compose.fitted_overrides(row, release, box)
     placeholders = [o for o in check if "/nonexistent/" in o]
-    assert len(placeholders) == 4
-    assert sorted(set(check) - set(placeholders) - set(launch)) == []
+    assert len(placeholders) == 4 and check == placeholders + fitted
+    # The script's command ends with the same part (its rollout: launch_rollout where the profile offers it).
+    assert launch[-len(fitted):] == compose.fitted_overrides(row, release, box, rollout="hf")
+    assert set(compose.release_keys(row["overrides"], release)) <= set(fitted)
     for old in release.get("key_renames", {}):  # nothing under a key the release moved away from
         assert not [o for o in launch + check if old in o], old

@@ -1,4 +1,4 @@
-"""The one rule that sizes a run for its GPU (filter_plugins/launch_preset.py).
+"""The one rule that sizes a run for its GPU (verl_pascal/launch/compose.py, launch_preset).
 
 The launch role (and preflight, through the role's preset.yml) and the
 renderer outside Ansible (verl_pascal/launch/render.py) call the same
@@ -15,12 +15,12 @@ from typing import Any, Dict
 import pytest
 import yaml
 
-from verl_pascal.launch import render
+from verl_pascal.launch import compose, render
 
 from conftest import REPO_ROOT as REPO
 from conftest import needs_ansible, run_playbook
 
-preset = render.filter_modules()["launch_preset"]
+preset = compose
 PRESETS = yaml.safe_load((REPO / "roles/launch/defaults/main.yml").read_text())["launch_memory_presets"]
 NO_KNOBS: Dict[str, Any] = {"train_batch_size": 0, "ppo_mini_batch_size": 0, "micro_batch_size": 0,
                             "param_offload": "", "actor_param_offload": "", "optimizer_offload": ""}
@@ -80,9 +80,14 @@ def test_an_offload_knob_reads_as_ansibles_bool_filter_reads_it(value: Any) -> N
 def test_the_renderer_gives_the_template_the_rules_sizes() -> None:
     values = render.variables({"gpu_memory_mib": 16384, "launch_train_batch_size": 0, "launch_param_offload": "0"})
     want = preset.launch_preset(PRESETS, 16384, {**NO_KNOBS, "param_offload": "0"})
-    assert {key: values[f"launch_{key}"] for key in (*preset.SIZES, *preset.OFFLOADS, *preset.GRPO_SIZES)} == {
-        key: want[key] for key in (*preset.SIZES, *preset.OFFLOADS, *preset.GRPO_SIZES)}
+    assert {key: values[f"launch_{key}"] for key in (*preset.SIZES, *preset.OFFLOADS)} == {
+        key: want[key] for key in (*preset.SIZES, *preset.OFFLOADS)}
     assert values["launch_param_offload"] is False  # "0" is false to Ansible, not "from the preset"
+    run = values["launch_run"]["overrides"]
+    n = int(values["launch_grpo_rollout_n"])
+    assert f"data.train_batch_size={want['train_batch_size']}" in run["ppo"]
+    assert f"data.train_batch_size={want['grpo_train_responses'] // n}" in run["grpo"]
+    assert "actor_rollout_ref.ref.fsdp_config.param_offload=False" in run["common"]
 
 
 PLAY = """
@@ -108,3 +113,37 @@ def test_ansible_sizes_the_run_with_the_same_function(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:]
     want = preset.launch_preset(PRESETS, 16384, {key[len("launch_"):]: value for key, value in knobs.items()})
     assert json.loads(out.read_text()) == want
+
+
+COMPOSE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_vars: "{{ repo }}/roles/launch/defaults/main.yml"
+    - ansible.builtin.include_tasks: "{{ repo }}/roles/launch/tasks/preset.yml"
+    - ansible.builtin.include_tasks: "{{ repo }}/roles/launch/tasks/compose.yml"
+    - ansible.builtin.copy:
+        dest: "{{ out }}"
+        mode: "0600"
+        content: "{{ launch_run | to_json }}"
+"""
+
+
+@needs_ansible
+@pytest.mark.parametrize(("profile", "version"), [("pascal", "0.5.0"), ("volta_turing", "0.9.1")])
+def test_ansible_composes_the_run_the_renderer_composes(tmp_path: Path, profile: str, version: str) -> None:
+    """The launch role's composition (roles/launch/tasks/compose.yml) passes every knob the function
+    reads, and what it gets back reaches the template intact: the same configuration as the renderer's,
+    comments, quoting and a project name that needs quotes included."""
+    out = tmp_path / "run.json"
+    settings = {"launch_profile": profile, "verl_version": version, "launch_project_name": "my project's runs",
+                "launch_rollout": "vllm", "launch_grpo_rollout_n": 8}
+    cluster = {"managed": True, "hosts": ["a", "b"], "head": "a", "nnodes": 2, "n_gpus_per_node": 4}
+    proc = run_playbook(tmp_path, COMPOSE_PLAY, "-e", f"repo={REPO}", "-e", f"out={out}",
+                        "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}", "-e", f"verl_pascal_root={REPO}",
+                        "-e", json.dumps({"fleet": {**cluster, "memory_mib": 16384}, **settings}),
+                        env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    want = render.variables({"gpu_memory_mib": 16384, "launch_cluster": cluster, **settings})["launch_run"]
+    assert json.loads(out.read_text()) == want
+    assert "'trainer.project_name=my project'\"'\"'s runs'" in want["lines"]["common"]

@@ -1,10 +1,8 @@
-"""filter_plugins/verl_release.py: overrides as a release spells its keys (its folder's key_renames)."""
+"""verl_pascal/launch/compose.py, release_keys: overrides as a release spells its keys (its folder's key_renames)."""
 
 from __future__ import annotations
 
-from verl_pascal.launch import render
-
-release_keys = render.project_filters()["release_keys"]
+from verl_pascal.launch.compose import release_keys
 MOVED = {"key_renames": {"critic.model.fsdp_config.": "critic.fsdp."}}
 
 

@@ -5,32 +5,29 @@ benchmarks on a GPU host and the template's tests render the same file here,
 with `quote` (shlex.quote, as Ansible's) and `bool` (Ansible's truthiness).
 The values come from where the role takes them: the launch role's
 defaults/main.yml, the lock and site settings in inventory/group_vars/all/,
-the GPU-profile table, the verl release folders, and the batch-size preset for
-the GPU's memory. Only what
-preflight's GPU facts give a box is stated here (OUTSIDE_ANSIBLE).
+the GPU-profile table and the verl release folders; the run's sizes and its
+composed overrides come from the functions the role calls
+(verl_pascal/launch/compose.py). Only what preflight's GPU facts give a box is
+stated here (OUTSIDE_ANSIBLE).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
 import shlex
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Dict, Mapping
 
 import jinja2
 
 from verl_pascal import profiles, verl_releases
+from verl_pascal.launch import compose
 from verl_pascal.version_lock import Lock, LockError, load_lock, load_lock_file
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = str(REPO / "templates" / "verl-ppo.sh.j2")
 LAUNCH_DEFAULTS = REPO / "roles" / "launch" / "defaults" / "main.yml"
 GROUP_VARS = REPO / "inventory" / "group_vars" / "all"
-# The project's Jinja filters, as Ansible loads them (ansible.cfg's filter_plugins).
-FILTERS = REPO / "filter_plugins"
 
 #: What the launch role takes from preflight's GPU facts and Ansible itself:
 #: one Tesla P40 unless the caller says otherwise.
@@ -49,8 +46,8 @@ OUTSIDE_ANSIBLE: Dict[str, Any] = {
 }
 
 def ansible_bool(value: object) -> bool:
-    """``value`` as Ansible's ``bool`` filter reads it (the rule of filter_plugins/launch_preset.py)."""
-    return bool(filter_modules()["launch_preset"].ansible_bool(value))
+    """``value`` as Ansible's ``bool`` filter reads it."""
+    return compose.ansible_bool(value)
 
 
 def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
@@ -64,19 +61,19 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
             values[name] = lock.get(name)
         except LockError:  # needs Ansible's filters (launch_model_dir), or a fact: pass it, or the template fails
             pass
-    # The role's rule, the same function (filter_plugins/launch_preset.py): the sizes and offloads the
-    # role passes the template as launch_* (roles/launch/tasks/main.yml).
-    preset = filter_modules()["launch_preset"]
-    knobs = (*preset.SIZES, *preset.OFFLOADS)  # each set by the variable launch_<key>
-    effective = preset.launch_preset(values["launch_memory_presets"], values["gpu_memory_mib"],
-                                     {key: values[f"launch_{key}"] for key in knobs})
-    for key in knobs:
+    # The role's calls (roles/launch/tasks/preset.yml and main.yml), the same functions: the run's sizes
+    # and offloads for the GPU, then its composed configuration.
+    effective = compose.launch_preset(values["launch_memory_presets"], values["gpu_memory_mib"],
+                                      {key: values[f"launch_{key}"] for key in (*compose.SIZES, *compose.OFFLOADS)})
+    for key in (*compose.SIZES, *compose.OFFLOADS):  # what preflight's host-memory estimate reads
         values[f"launch_{key}"] = effective[key]
-    for key in preset.GRPO_SIZES:
-        values.setdefault(f"launch_{key}", effective[key])
     values["verl_pascal_gpu_profiles"] = {"profiles": profiles.rows()}
     if "verl_releases" not in values:  # the folders that validate; ReleaseError if verl_version's does not
         values["verl_releases"] = verl_releases.available(needed=[str(values["verl_version"])])
+    values["launch_run"] = compose.launch_run(
+        effective, values["verl_pascal_gpu_profiles"]["profiles"][values["launch_profile"]],
+        values["verl_releases"].get(str(values["verl_version"])) or {}, values["launch_cluster"],
+        {key: values[f"launch_{key}"] for key in compose.KNOBS})
     if "launch_host_memory_need_mib" not in overrides:  # preflight's estimate, as its module makes it
         values["launch_host_memory_need_mib"] = host_memory_needs(values)
     return values
@@ -100,34 +97,12 @@ def host_memory_needs(values: Mapping[str, Any]) -> Dict[str, int]:
             for algo in host_memory.ALGOS}
 
 
-@functools.lru_cache(maxsize=None)
-def filter_modules() -> Dict[str, ModuleType]:
-    """Every file of filter_plugins/ by its name, loaded by path as Ansible loads them."""
-    modules: Dict[str, ModuleType] = {}
-    for path in sorted(FILTERS.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"verl_pascal_filter_plugins_{path.stem}", path)
-        assert spec is not None and spec.loader is not None
-        module: ModuleType = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules[path.stem] = module
-    return modules
-
-
-def project_filters() -> Dict[str, Any]:
-    """The project's Jinja filters, from every file of filter_plugins/."""
-    filters: Dict[str, Any] = {}
-    for module in filter_modules().values():
-        filters.update(module.FilterModule().filters())
-    return filters
-
-
 def render(overrides: Mapping[str, Any], template: str = TEMPLATE) -> str:
     # The launch script includes templates/training.env.j2, as Ansible finds it beside the template.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                              loader=jinja2.FileSystemLoader(os.path.dirname(template)))
     env.filters["quote"] = lambda s: shlex.quote(str(s))
     env.filters["bool"] = ansible_bool
-    env.filters.update(project_filters())
     with open(template, encoding="utf-8") as f:
         return env.from_string(f.read()).render(**variables(overrides))
 
