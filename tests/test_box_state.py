@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict
@@ -21,6 +20,7 @@ import pytest
 
 from verl_pascal.module_utils import box_state as bs
 from verl_pascal.module_utils import env_probe
+from conftest import needs_ansible, run_playbook
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 OTHER_UID = str(os.getuid() + 4242)  # an owner this test's files never have (digits: a uid)
@@ -296,8 +296,6 @@ def test_links_are_planned_as_link_tree_would(tmp_path: Path) -> None:
 
 # ---- the same verdict as the module whose task is skipped ------------------------------------
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-REPO = Path(__file__).resolve().parent.parent
 SAME_AS_FILE = """
 - hosts: localhost
   gather_facts: false
@@ -317,7 +315,7 @@ SAME_AS_FILE = """
 
 
 @ROOT_ONLY
-@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed next to this Python")
+@needs_ansible
 @pytest.mark.parametrize("left_to_root", ["", "lib/python3.11/site-packages/torch/__init__.py", "lib64", "outside"])
 def test_a_tree_differs_exactly_when_file_recurse_would_change_it(tmp_path: Path, left_to_root: str) -> None:
     top = tmp_path / "box"
@@ -327,12 +325,7 @@ def test_a_tree_differs_exactly_when_file_recurse_would_change_it(tmp_path: Path
         os.lchown(p, 4242, 4242)
     if left_to_root:
         os.lchown(top / "usr-bin-python3" if left_to_root == "outside" else env / left_to_root, 0, 0)
-    (tmp_path / "play.yml").write_text(SAME_AS_FILE)
-    proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", f"tree={env}", str(tmp_path / "play.yml")],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp")))
+    proc = run_playbook(tmp_path, SAME_AS_FILE, "-e", f"tree={env}", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = re.search(r"VERDICT (\w+) (\w+)", proc.stdout)
     assert verdict is not None, proc.stdout

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from conftest import REPO_ROOT
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "roles" / "cuda_toolkit" / "templates" / "cuda.sh.j2"
+TEMPLATE = REPO_ROOT / "roles" / "cuda_toolkit" / "templates" / "cuda.sh.j2"
 
 
 def render(path: str) -> str:

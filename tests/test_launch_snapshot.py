@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, Tuple
 
-import pytest
+from conftest import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
-SNAPSHOT = REPO / "tests" / "data" / "launch" / "dry_runs.json"
+SNAPSHOT = REPO_ROOT / "tests" / "data" / "launch" / "dry_runs.json"
 PROFILES = ("pascal", "volta_turing", "native")
 MEMORIES_MIB = (24576, 12288)
 CLUSTERS = ((1, 1), (2, 4))

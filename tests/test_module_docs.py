@@ -11,8 +11,9 @@ from typing import Dict
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 
-LIBRARY = Path(__file__).resolve().parent.parent / "library"
+LIBRARY = REPO_ROOT / "library"
 MODULES = sorted(LIBRARY.glob("*.py"))
 
 

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
-STANDINS = Path(__file__).resolve().parent.parent / "scripts" / "standins"
+STANDINS = REPO_ROOT / "scripts" / "standins"
 
 
 @pytest.fixture

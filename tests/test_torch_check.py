@@ -4,12 +4,12 @@ with fake torch modules standing in for CUDA builds this machine cannot run."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import REPO_ROOT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "roles" / "pytorch" / "files" / "verl_pascal_torch_check.py"
+SCRIPT = REPO_ROOT / "roles" / "pytorch" / "files" / "verl_pascal_torch_check.py"
 spec = importlib.util.spec_from_file_location("verl_pascal_torch_check", SCRIPT)
 check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check)
