@@ -35,7 +35,8 @@ def test_the_plan_runs_seeds_and_the_control_on_the_first_release_and_seed_1_on_
     assert plan == [("0.5.0", "ppo-seed1"), ("0.5.0", "ppo-seed2"), ("0.5.0", "grpo-seed1"), ("0.5.0", "grpo-seed2"),
                     ("0.5.0", "ppo-seed1-control"), ("0.9.1", "ppo-seed1"), ("0.9.1", "grpo-seed1")]
     short = [spec.name for _, spec in bench.plan(["verl-0.5.0.tar.gz", "verl-0.9.1.tar.gz"], True)]
-    assert short == ["ppo-seed1", "ppo-seed1-control"]
+    assert short == ["ppo-seed1", "ppo-seed1-control", "ppo-seed1"]  # the last on 0.9.1
+    assert [spec.name for _, spec in bench.plan(["verl-0.9.1.tar.gz"], True)] == ["ppo-seed1", "ppo-seed1-control"]
 
 
 def test_a_run_is_the_ppo_bench_with_the_runs_sizes_and_the_learning_overrides_last(tmp_path: Path) -> None:
