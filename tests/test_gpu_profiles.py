@@ -77,7 +77,7 @@ ROLE_PLAY = """
 
 def test_the_roles_list_no_profile_or_rollout_of_their_own() -> None:
     """argument_specs declare the variables; their values are checked against the table, which names them once."""
-    for role, name in [("preflight", "preflight_profile"), ("verl", "verl_profile"), ("launch", "launch_rollout")]:
+    for role, name in [("preflight", "preflight_profile"), ("verl", "preflight_gpu_profile"), ("launch", "launch_rollout")]:
         assert "choices" not in spec_option(role, name), f"{role}: {name} repeats the table's names as choices"
 
 
@@ -91,12 +91,13 @@ def run_role(tmp_path: Path, role: str, *extra: str) -> subprocess.CompletedProc
 
 
 @pytest.mark.parametrize(("role", "var", "first_task"), [
-    ("verl", "verl_profile", "Check the GPU profile is a row"),
+    ("verl", "preflight_gpu_profile", "Check the GPU profile is a row"),
     ("launch", "launch_rollout", "Check the rollout is one the GPU-profile table offers"),
 ])
 def test_a_name_the_table_does_not_have_stops_the_role_at_its_first_task_naming_the_tables(
         tmp_path: Path, role: str, var: str, first_task: str) -> None:
-    proc = run_role(tmp_path, role, "-e", f"{var}=turbo", "-e", "preflight_gpu_profile=pascal")
+    # the launch role's rollout is judged on a box whose profile is a row
+    proc = run_role(tmp_path, role, "-e", "preflight_gpu_profile=pascal", "-e", f"{var}=turbo")
     out = proc.stdout
     assert proc.returncode != 0 and f"{var} is turbo" in out, out[-2000:]
     tasks = [line for line in out.splitlines() if line.startswith("TASK [") and "Validating arguments" not in line
@@ -119,7 +120,7 @@ def test_the_patcher_patches_what_the_table_says() -> None:
 def launch_overrides(profile: str, tmp_path: Path, version: str) -> List[str]:
     """The Hydra overrides the rendered launch script passes (its --dry-run)."""
     script = render.write(str(tmp_path / f"verl-ppo-{profile}"),
-                          {"launch_profile": profile, "launch_model_dir": "/opt/verl-pascal/models/m",
+                          {"preflight_gpu_profile": profile, "launch_model_dir": "/opt/verl-pascal/models/m",
                            "verl_version": version})
     proc = subprocess.run([script, "--dry-run"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -139,7 +140,7 @@ def verl_check_overrides(profile: str, tmp_path: Path, version: str) -> List[str
     }]))
     proc = run_playbook(tmp_path, book,
                         "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
-                        "-e", f"verl_pascal_root={REPO}", "-e", f"verl_profile={profile}",
+                        "-e", f"verl_pascal_root={REPO}", "-e", f"preflight_gpu_profile={profile}",
                         "-e", f"verl_version={version}",
                         # preflight's plan of a box of its own: a cluster of one node with one GPU
                         "-e", json.dumps({"fleet": {"nnodes": 1, "n_gpus_per_node": 1}}), timeout=300)

@@ -136,7 +136,7 @@ def test_ansible_composes_the_run_the_renderer_composes(tmp_path: Path, profile:
     reads, and what it gets back reaches the template intact: the same configuration as the renderer's,
     comments, quoting and a project name that needs quotes included."""
     out = tmp_path / "run.json"
-    settings = {"launch_profile": profile, "verl_version": version, "launch_project_name": "my project's runs",
+    settings = {"preflight_gpu_profile": profile, "verl_version": version, "launch_project_name": "my project's runs",
                 "launch_rollout": "vllm", "launch_grpo_rollout_n": 8}
     cluster = {"managed": True, "hosts": ["a", "b"], "head": "a", "nnodes": 2, "n_gpus_per_node": 4}
     proc = run_playbook(tmp_path, COMPOSE_PLAY, "-e", f"repo={REPO}", "-e", f"out={out}",

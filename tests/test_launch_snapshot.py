@@ -48,7 +48,7 @@ def configurations() -> Iterator[Tuple[str, Dict[str, object]]]:
         cluster = {"managed": nodes > 1, "hosts": [f"h{i}" for i in range(nodes)], "head": "h0",
                    "nnodes": nodes, "n_gpus_per_node": gpus}
         yield f"{profile} {version} {mib} {nodes}x{gpus} {rollout}", {
-            **PATHS, "launch_host_memory_need_mib": {}, "launch_profile": profile, "verl_version": version,
+            **PATHS, "launch_host_memory_need_mib": {}, "preflight_gpu_profile": profile, "verl_version": version,
             "gpu_memory_mib": mib, "launch_cluster": cluster, "inventory_hostname": "h0", "launch_rollout": rollout,
             "launch_ray_address": "10.0.0.1:6379" if nodes > 1 else ""}
 

@@ -113,7 +113,7 @@ def dry_run_args(script: Path, *args: str) -> list[str]:
 
 @pytest.mark.parametrize("profile", ["pascal", "native"])
 def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path: Path, profile: str) -> None:
-    script = render(tmp_path, launch_profile=profile)
+    script = render(tmp_path, preflight_gpu_profile=profile)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (make setup installs it)")
@@ -147,7 +147,7 @@ def test_dry_run_shows_the_pascal_settings(tmp_path: Path) -> None:
 
 
 def test_native_profile_keeps_verls_defaults(tmp_path: Path) -> None:
-    argv = dry_run_args(render(tmp_path, launch_profile="native", launch_rollout="vllm"))
+    argv = dry_run_args(render(tmp_path, preflight_gpu_profile="native", launch_rollout="vllm"))
     assert "actor_rollout_ref.rollout.name=vllm" in argv
     assert not any("mixed_precision" in a or "use_torch_compile" in a for a in argv)
 
@@ -342,7 +342,7 @@ def test_two_runs_started_in_the_same_second_get_two_run_directories(box: Path) 
 def test_the_actor_keeps_its_parameters_on_the_gpu_under_the_hf_rollout(
         tmp_path: Path, profile: str, rollout: str, actor_offload: str) -> None:
     """verl 0.5.0's HF rollout never loads offloaded actor parameters back (it fails on the first generate)."""
-    argv = dry_run_args(render(tmp_path, verl_version="0.5.0", launch_profile=profile, launch_rollout=rollout,
+    argv = dry_run_args(render(tmp_path, verl_version="0.5.0", preflight_gpu_profile=profile, launch_rollout=rollout,
                                launch_param_offload="True", launch_actor_param_offload="True"))
     assert f"actor_rollout_ref.actor.fsdp_config.param_offload={actor_offload}" in argv
     assert "critic.model.fsdp_config.param_offload=True" in argv
@@ -407,7 +407,7 @@ def test_a_release_on_the_projects_rollout_registers_it_and_lets_the_actor_offlo
 
 
 def test_a_releases_profile_overrides_stay_off_other_profiles(tmp_path: Path) -> None:
-    argv = dry_run_args(render(tmp_path, verl_version="0.6.1", launch_profile="native", launch_rollout="vllm"))
+    argv = dry_run_args(render(tmp_path, verl_version="0.6.1", preflight_gpu_profile="native", launch_rollout="vllm"))
     assert not [a for a in argv if "dtype=fp32" in a]
 
 
@@ -531,7 +531,7 @@ def test_sft_dry_run_is_torchrun_of_the_releases_trainer_with_its_p40_keys(tmp_p
 
 
 def test_sft_keeps_verls_defaults_where_the_gpu_runs_them(tmp_path: Path) -> None:
-    argv = dry_run_args(render(tmp_path, verl_version="0.9.1", launch_profile="native"), "--sft")
+    argv = dry_run_args(render(tmp_path, verl_version="0.9.1", preflight_gpu_profile="native"), "--sft")
     assert not [a for a in argv if "fp32" in a or "use_liger" in a or "use_torch_compile" in a]
     assert "checkpoint.save_contents=[model,optimizer,extra,hf_model]" in argv
 

@@ -36,7 +36,7 @@ PROFILES = list(profiles.rows())
 def launch_overrides(tmp_path: Path, version: str, profile: str, **extra: Any) -> List[str]:
     """The Hydra overrides the launch script rendered for ``version`` passes to main_ppo (its --dry-run)."""
     script = render.write(str(tmp_path / "verl-ppo"), {
-        "verl_version": version, "launch_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
+        "verl_version": version, "preflight_gpu_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
         "launch_model_dir": "/opt/verl-pascal/models/m", **extra})
     out = subprocess.run([script, "--dry-run"], capture_output=True, text=True, check=True, timeout=60).stdout
     return shlex.split(out)[3:]  # after python -m verl.trainer.main_ppo
@@ -129,7 +129,7 @@ P40_SWITCHES = ("use_torch_compile", "use_liger", "use_fused_kernels", "use_remo
 def sft_overrides(tmp_path: Path, version: str, profile: str) -> List[str]:
     """The Hydra overrides the launch script rendered for ``version`` passes to the SFT trainer (its --sft --dry-run)."""
     script = render.write(str(tmp_path / "verl-ppo"), {
-        "verl_version": version, "launch_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
+        "verl_version": version, "preflight_gpu_profile": profile, "launch_data_dir": "/opt/verl-pascal/data",
         "launch_model_dir": "/opt/verl-pascal/models/m"})
     out = subprocess.run([script, "--sft", "--dry-run"], capture_output=True, text=True, check=True, timeout=60).stdout
     argv = shlex.split(out)

@@ -40,7 +40,7 @@ def run_fetch(tmp_path: Path, index: str, *extra: str) -> subprocess.CompletedPr
     return run_playbook(tmp_path, PLAYBOOK,
                         "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
                         "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
-                        "-e", f"artifact_cache_dir={tmp_path / 'cache'}", "-e", "verl_profile=pascal",
+                        "-e", f"artifact_cache_dir={tmp_path / 'cache'}", "-e", "preflight_gpu_profile=pascal",
                         "-e", f"verl_index_url={index}", "-e", f"conda_env_prefix={tmp_path / 'env'}", *extra,
                         timeout=300)
 

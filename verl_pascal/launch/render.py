@@ -71,7 +71,7 @@ def variables(overrides: Mapping[str, Any]) -> Dict[str, Any]:
     if "verl_releases" not in values:  # the folders that validate; ReleaseError if verl_version's does not
         values["verl_releases"] = verl_releases.available(needed=[str(values["verl_version"])])
     values["launch_run"] = compose.launch_run(
-        effective, values["verl_pascal_gpu_profiles"]["profiles"][values["launch_profile"]],
+        effective, values["verl_pascal_gpu_profiles"]["profiles"][values["preflight_gpu_profile"]],
         values["verl_releases"].get(str(values["verl_version"])) or {}, values["launch_cluster"],
         {key: values[f"launch_{key}"] for key in compose.KNOBS})
     if "launch_host_memory_need_mib" not in overrides:  # preflight's estimate, as its module makes it
