@@ -1,14 +1,14 @@
-"""Every default an argument_specs file states is the value the role really starts from.
+"""A role's inputs are declared in its argument_specs and valued in one place.
 
-A role's argument_specs repeats some defaults for `ansible-doc` and for the
-validation Ansible runs before the role: a value that differs from
-defaults/main.yml (or, for site-wide variables, from inventory/group_vars/all/)
-documents one thing and does another.
+argument_specs declares every input a role reads (type, description, whether
+it is required); the value a role starts from lives in its defaults/main.yml,
+or, for a site-wide variable, in inventory/group_vars/all/. A spec that stated
+a default too would be a second copy, which documents one thing while the
+role does another.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Dict, Iterator, Tuple
 
 import pytest
@@ -20,31 +20,36 @@ for _path in sorted((REPO / "inventory" / "group_vars" / "all").glob("*.yml")):
     GROUP_VARS.update(yaml.safe_load(_path.read_text()) or {})
 
 
-def stated_defaults() -> Iterator[Tuple[str, str, str, Any]]:
-    """(role, entry point, option, default) for every option whose spec states a default."""
+def options() -> Iterator[Tuple[str, str, str, Dict[str, Any]]]:
+    """(role, entry point, option, its spec) for every option of every role's argument_specs."""
     for spec in sorted(REPO.glob("roles/*/meta/argument_specs.yml")):
         role = spec.parent.parent.name
         for entry, body in yaml.safe_load(spec.read_text())["argument_specs"].items():
             for name, option in (body.get("options") or {}).items():
-                if "default" in option:
-                    yield role, entry, name, option["default"]
+                yield role, entry, name, option
 
 
-CASES = list(stated_defaults())
+CASES = list(options())
 
 
 def test_there_is_something_to_check() -> None:
-    assert len(CASES) > 30
+    assert len(CASES) > 100
 
 
-@pytest.mark.parametrize(("role", "entry", "name", "stated"), CASES,
-                         ids=[f"{r}.{e}.{n}" for r, e, n, _ in CASES])
-def test_a_stated_default_is_the_real_one(role: str, entry: str, name: str, stated: Any) -> None:
+def test_no_spec_states_a_default() -> None:
+    stated = [f"roles/{role}/meta/argument_specs.yml ({entry}): {name}" for role, entry, name, option in CASES
+              if "default" in option]
+    assert stated == [], "the value lives in defaults/main.yml or group_vars, never a second time in the spec"
+
+
+@pytest.mark.parametrize(("role", "entry", "name", "option"), [c for c in CASES if not c[3].get("required")],
+                         ids=[f"{r}.{e}.{n}" for r, e, n, o in CASES if not o.get("required")])
+def test_an_optional_input_has_its_value_in_one_place(role: str, entry: str, name: str, option: Dict[str, Any]) -> None:
+    """An input a user may leave out starts from defaults/main.yml or group_vars, or the role asks
+    whether it is defined before it reads it; else the role would read an undefined variable."""
     defaults_file = REPO / "roles" / role / "defaults" / "main.yml"
-    defaults = yaml.safe_load(defaults_file.read_text()) or {} if defaults_file.exists() else {}
-    if name in defaults:
-        real, where = defaults[name], f"roles/{role}/defaults/main.yml"
-    else:
-        assert name in GROUP_VARS, f"{name}: argument_specs states a default that nothing defines"
-        real, where = GROUP_VARS[name], "inventory/group_vars/all/"
-    assert stated == real, f"roles/{role}/meta/argument_specs.yml ({entry}) says {stated!r}, {where} has {real!r}"
+    defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
+    tasks = " ".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("*.yml"))
+    assert name in defaults or name in GROUP_VARS or f"{name} is defined" in tasks, (
+        f"roles/{role}/meta/argument_specs.yml ({entry}): {name} is optional and nothing gives it a value: "
+        f"give it one in roles/{role}/defaults/main.yml, or mark it required")
