@@ -23,7 +23,7 @@ pytest.importorskip("tokenizers")
 from verl_pascal.data import arithmetic, gsm8k  # noqa: E402
 from verl_pascal.models import make_model, warm_start  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT as REPO  # noqa: E402
 
 
 @pytest.fixture(scope="module")

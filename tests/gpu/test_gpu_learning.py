@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO_ROOT as REPO  # noqa: E402
 SDIST = os.environ.get("VERL_PASCAL_VERL_SDIST", "")
 
 
