@@ -326,3 +326,14 @@ def test_a_chart_that_cannot_be_written_is_status_2_with_its_path(tmp_path: Path
     rc, _, err = judge_cli(f"ppo-seed1={write_log(tmp_path / 'a.log', RISING)}", "--chart",
                            str(tmp_path / "no-such-dir" / "x.png"), capsys=capsys)
     assert rc == 2 and "x.png: cannot write the chart" in err
+
+
+# Recorded on a GPU (2026-12-07, H100, under P40 rules): the step lines of PPO from the warm start,
+# 10 steps, held-out validation every 5; verl 0.5.0 names the held-out score by `reward`, 0.9.1 by `acc`.
+@pytest.mark.parametrize(("version", "want"), [
+    ("0.5.0", [(0, 0.0634765625), (5, 0.052734375), (10, 0.076171875)]),
+    ("0.9.1", [(0, 0.0517578125), (5, 0.0830078125)]),
+])
+def test_the_held_out_score_is_read_from_each_releases_log(version: str, want: list) -> None:
+    steps = log.read(str(DATA / f"verl-{version}-learning-ppo.train.log"))
+    assert learning.curves(steps)["held_out"] == want

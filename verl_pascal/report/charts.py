@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import log
 
@@ -28,9 +28,13 @@ if TYPE_CHECKING:  # matplotlib is imported only to draw
 
 PHASE_PREFIX = "timing_s/"
 STEP_TIME = "timing_s/step"
-#: The held-out score: verl's validation (trainer.test_freq) of the val file, the mean reward of N
-#: responses a problem (actor_rollout_ref.rollout.val_kwargs.n; verl's default is 1).
-VAL_PREFIX = "val-core/openai/gsm8k/reward/mean@"
+#: The held-out score: verl's core validation metric (trainer.test_freq) of the val file, the mean
+#: over N responses a problem (actor_rollout_ref.rollout.val_kwargs.n; verl's default is 1). verl
+#: names it by the reward's variable: ``reward`` where the reward function returns a number (0.5.0),
+#: ``acc`` where it returns one with an ``acc`` entry (0.9.1's GSM8K reward; there ``reward`` is
+#: logged too, as val-aux).
+VAL_PREFIXES = ("val-core/openai/gsm8k/reward/mean@", "val-core/openai/gsm8k/acc/mean@")
+VAL_PREFIX = VAL_PREFIXES[0]
 VAL_SCORE = VAL_PREFIX + "1"
 ENTROPY = "actor/entropy"
 #: |p_rollout - p_actor| per response token: how far the rollout's probabilities are from the actor's
@@ -103,10 +107,18 @@ def phases(steps: Sequence[log.Step]) -> List[str]:
     return sorted(totals, key=lambda key: -totals[key])
 
 
+def val_n(key: str) -> Optional[int]:
+    """N of a held-out score key (one of VAL_PREFIXES and N); None for any other key."""
+    for prefix in VAL_PREFIXES:
+        if key.startswith(prefix) and key[len(prefix):].isdigit():
+            return int(key[len(prefix):])
+    return None
+
+
 def val_keys(steps: Sequence[log.Step]) -> List[str]:
-    """The held-out score keys (VAL_PREFIX and N) a log has, by N."""
-    found = {key for record in steps for key in record if key.startswith(VAL_PREFIX) and key[len(VAL_PREFIX):].isdigit()}
-    return sorted(found, key=lambda key: int(key[len(VAL_PREFIX):]))
+    """The held-out score keys a log has, by N."""
+    found = {key for record in steps for key in record if val_n(key) is not None}
+    return sorted(found, key=lambda key: (val_n(key), key))
 
 
 def line_of(label: str, steps: Sequence[log.Step], key: str) -> "Line | None":
@@ -125,7 +137,7 @@ def lines_of(chart: Chart, steps: Sequence[log.Step]) -> List[Line]:
     if chart.name == "step_time":
         metrics += [(key, key[len(PHASE_PREFIX):]) for key in phases(steps)]
     if chart.name == "reward":
-        metrics += [(key, f"validation score, {key[len(VAL_PREFIX):]} responses a problem")
+        metrics += [(key, f"validation score, {val_n(key)} responses a problem")
                     for key in val_keys(steps) if key != VAL_SCORE]
     drawn = [line_of(label, steps, key) for key, label in metrics]
     return [line for line in drawn if line is not None]
