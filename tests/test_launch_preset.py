@@ -83,7 +83,7 @@ def test_the_renderer_gives_the_template_the_rules_sizes() -> None:
     assert {key: values[f"launch_{key}"] for key in (*preset.SIZES, *preset.OFFLOADS)} == {
         key: want[key] for key in (*preset.SIZES, *preset.OFFLOADS)}
     assert values["launch_param_offload"] is False  # "0" is false to Ansible, not "from the preset"
-    run = values["launch_run"]["overrides"]
+    run = values["launch_run"]["lines"]
     n = int(values["launch_grpo_rollout_n"])
     assert f"data.train_batch_size={want['train_batch_size']}" in run["ppo"]
     assert f"data.train_batch_size={want['grpo_train_responses'] // n}" in run["grpo"]

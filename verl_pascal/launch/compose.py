@@ -290,8 +290,7 @@ def _ppo(preset: Mapping[str, Any], release: Mapping[str, Any], knobs: Mapping[s
     ]
 
 
-def _grpo(preset: Mapping[str, Any], knobs: Mapping[str, Any]) -> List[Item]:
-    prompts = grpo_prompts(knobs, preset)
+def _grpo(prompts: Mapping[str, int], knobs: Mapping[str, Any]) -> List[Item]:
     return [
         "algorithm.adv_estimator=grpo",
         f"data.train_batch_size={prompts['train']}",
@@ -333,25 +332,23 @@ def launch_run(preset: Mapping[str, Any], profile: Mapping[str, Any], release: M
     profile's row, the release's folder (``{}`` for a release without one), the cluster (nnodes,
     n_gpus_per_node) and the user's ``knobs`` (``KNOBS``).
 
-    Returns the rollout used, GRPO's sizes in prompts, the SFT trainer's module, and the script's
-    arrays as bash lines (``common``, ``ppo``, ``grpo``, ``fitted``, ``sft``; ``script_lines``) with the
-    plain overrides beside them (``overrides``)."""
+    Returns GRPO's sizes in prompts, the SFT trainer's module, and the script's arrays as bash lines
+    (``common``, ``ppo``, ``grpo``, ``fitted``, ``sft``; ``script_lines``)."""
     _check_knobs(knobs)
     release = release or {}
     rollout = used_rollout(profile, knobs["rollout"])
+    prompts = grpo_prompts(knobs, preset)
     arrays: Dict[str, List[Item]] = {
         "common": _common(preset, release, knobs, rollout),
         "ppo": _ppo(preset, release, knobs),
-        "grpo": _grpo(preset, knobs),
+        "grpo": _grpo(prompts, knobs),
         "fitted": _sections(profile, release, cluster, rollout),
         "sft": _sft(preset, release, profile, knobs),
     }
     return {
-        "rollout": rollout,
-        "grpo_prompts": grpo_prompts(knobs, preset),
+        "grpo_prompts": prompts,
         "sft_module": str((release.get("sft") or {}).get("module", "")),
         "lines": {name: script_lines(items) for name, items in arrays.items()},
-        "overrides": {name: overrides(items) for name, items in arrays.items()},
     }
 
 
