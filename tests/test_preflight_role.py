@@ -265,6 +265,15 @@ def test_a_profile_named_by_the_user_is_used_whatever_the_gpus_say(tmp_path: Pat
     assert facts["profile"] == "native"
 
 
+@pytest.mark.parametrize("retired", ["verl_profile", "launch_profile"])
+def test_a_retired_per_role_profile_stops_the_play_naming_preflight_profile(tmp_path: Path, retired: str) -> None:
+    """verl_profile and launch_profile are gone (every role reads preflight's profile): an inventory that
+    still sets one is told what replaces it, never silently ignored."""
+    proc, facts = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", f"{retired}=native")
+    assert proc.returncode != 0 and facts == {}
+    assert "verl_profile and launch_profile are gone" in proc.stdout and "set preflight_profile" in proc.stdout
+
+
 def test_both_mirrors_set_fails_before_the_gpu_is_read(tmp_path: Path) -> None:
     mirrors = json.dumps({"artifact_mirror_url": "http://mirror.example.org:8080", "artifact_mirror_dir": str(tmp_path)})
     proc, _ = run_preflight(tmp_path, "-e", smi(fake_nvidia_smi(tmp_path, "p40.csv")), "-e", mirrors)
