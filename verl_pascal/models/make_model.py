@@ -13,6 +13,14 @@ GSM8K-format text, with Qwen's chat special tokens and a ChatML chat template
 (verl applies the chat template to every prompt). Its ids stay below the
 model's vocabulary size. Weights are saved in fp32 (safetensors).
 
+Its text pipeline is Qwen2's own (NFC, Qwen2's pre-tokenization pattern, one
+token per digit, byte-level), not the `tokenizers` default: transformers 5
+rebuilds a qwen2 model's tokenizer from that pipeline and keeps only the
+vocabulary and merges of tokenizer.json, while transformers 4 reads the whole
+file. With any other pipeline the two tokenize the same prompt differently
+(transformers 5 split " 8" into " " and "8", where the model had learned one
+token " 8"), and a model trained under one scores far lower under the other.
+
     python -m verl_pascal.models.make_model --shape tiny --out /tmp/tiny-qwen2
 """
 
@@ -30,6 +38,10 @@ SHAPES: Dict[str, Dict[str, Any]] = {
                          num_key_value_heads=2, vocab_size=151936, tokenizer_vocab=8192),
 }
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: Qwen2's pre-tokenization pattern: the text is split here before the byte-level BPE (one piece
+#: per digit, words with one leading non-letter, runs of punctuation, newlines, spaces).
+QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+               r"""|\s+(?!\S)|\s+""")
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -44,11 +56,15 @@ def corpus(count: int, seed: int) -> List[str]:
 
 
 def train_tokenizer(texts: Sequence[str], vocab: int, out: str) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
