@@ -38,6 +38,7 @@ from verl_pascal.module_utils.verl_patch import (
     KIND_ATTN,
     KIND_AUTOCAST,
     KIND_BERT,
+    KIND_GENERATE_POSITIONS,
     KIND_LOGSUMEXP,
     KIND_MIXED_PRECISION,
     KIND_REPLAY_POLL,
@@ -190,6 +191,69 @@ def test_grpo_gets_n_responses_a_prompt_from_verls_hf_rollout(real_tree: Path) -
     assert not [s for s in make_plan(str(real_tree), "pascal", "sdpa", releases=unlisted).sites
                 if s.kind == KIND_ROLLOUT_N and s.state == PENDING]
 
+
+
+def _generate_call(tree: Path) -> str:
+    """The HF rollout's ``self.module.generate(...)`` call, as the tree's file has it (comments dropped)."""
+    source = (tree / "verl" / "workers" / "rollout" / "hf_rollout.py").read_text()
+    calls = [node for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "generate"]
+    assert len(calls) == 1
+    return ast.unparse(calls[0])
+
+
+def _greedy_off_the_model(call: str, steps: int = 12) -> int:
+    """How many of the tokens that ``call`` (verl's generate call, run as verl runs it: left-padded prompts,
+    their position ids, greedy) generates are not the model's own next token, read off one forward pass
+    of the whole sequence with positions counted from each prompt's first token. 0 for a right rollout."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                         attn_implementation="eager")).eval()
+    prompts = [[5, 17, 33, 8, 41, 12, 9], [22, 7, 64, 30], [3, 90, 45, 11, 71, 2, 58, 19, 26]]
+    width = max(len(p) for p in prompts)
+    idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    attention_mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    names = {"self": type("Rollout", (), {"module": model})(), "idx": idx, "attention_mask": attention_mask,
+             "position_ids": position_ids, "do_sample": False, "response_length": steps, "eos_token_id": 1,
+             "pad_token_id": 0, "generation_config": GenerationConfig(do_sample=False, num_beams=1),
+             "kwargs": {}}
+    with torch.no_grad():
+        seq = eval(call, names).sequences  # noqa: S307 - verl's own call, read from the tree under test
+        mask = torch.cat([attention_mask, torch.ones_like(seq[:, width:])], dim=1)
+        logits = model(input_ids=seq, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    own = logits[:, width - 1:-1].argmax(-1)
+    return int((own != seq[:, width:]).sum())
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0", "0.4.0"], indirect=True)
+def test_verls_hf_rollout_generates_from_the_actors_distribution(real_tree: Path) -> None:
+    """verl 0.4.0 to 0.5.0's HF rollout passes the prompts' position ids to generate, which then gives every
+    new token the last prompt token's position: greedy decoding picks tokens the model itself (the actor,
+    with positions counted) would not. A warm-started model scored 0.05 there where it scores 0.23.
+    Patched, the rollout's tokens are the model's own; as released (the negative control), they are not."""
+    released = _generate_call(real_tree)
+    assert "position_ids=position_ids" in released
+    assert _greedy_off_the_model(released) > 0
+    plan = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert [(s.file, s.state) for s in plan.sites if s.kind == KIND_GENERATE_POSITIONS] == [
+        ("verl/workers/rollout/hf_rollout.py", PENDING)]
+    patched = _generate_call(real_tree)
+    assert "position_ids=None" in patched
+    assert _greedy_off_the_model(patched) == 0
+    # Idempotent: the patched site is found as patched, and nothing changes again.
+    again = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert not again.changes
+    assert [s.state for s in again.sites if s.kind == KIND_GENERATE_POSITIONS] == [PATCHED]
+    # Without the release's table the kind is never touched.
+    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_GENERATE_POSITIONS} for f, kinds in t.items()}
+                for v, t in RELEASES.items()}
+    assert not [s for s in make_plan(str(real_tree), "pascal", "sdpa", releases=unlisted).sites
+                if s.kind == KIND_GENERATE_POSITIONS]
 
 def _log_probs_function(tree: Path) -> Callable[..., Any]:
     """verl's own logprobs_from_logits_v2, compiled from the tree's file alone (verl's imports are not needed)."""
@@ -712,7 +776,7 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
     policies = [s for s in plan.sites if s.file == "verl/workers/mixed_precision_forms.py"]
     assert {(s.line, s.kind, s.state) for s in policies} == {(n, KIND_MIXED_PRECISION, PENDING) for n in (10, 11, 16, 17)}
@@ -837,10 +901,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_MIXED_PRECISION: 4, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_MIXED_PRECISION: 4, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()

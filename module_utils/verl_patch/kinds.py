@@ -43,8 +43,20 @@ LOGSUMEXP_CHUNK = 512
 KIND_REPLAY_POLL = "replay_poll"
 REPLAY_POLL_PARAM = "poll_interval"
 REPLAY_POLL_S = 0.1
-KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL)
-GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL})
+
+# verl 0.4.0 to 0.5.0's HF rollout passes the prompts' position ids to the model's
+# `generate`, which keeps a position_ids it is given and does not extend it while
+# decoding (transformers 4.4x to 5): every generated token is given the last
+# prompt token's position. The rollout then samples from another distribution
+# than the one the actor trains and scores (a tiny warm-started model scored 0.05
+# where it scores 0.23). The rewrite passes None, and generate counts each
+# token's position from the attention mask, as it does when given none (0.3.0
+# passed none). Gated: listed where verl's own HF rollout generates.
+KIND_GENERATE_POSITIONS = "hf_generate_positions"
+GENERATE_POSITIONS_KEY = "position_ids"
+KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL,
+         KIND_GENERATE_POSITIONS)
+GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL, KIND_GENERATE_POSITIONS})
 KIND_COMPAT = "compat_module"
 
 PENDING = "pending"
