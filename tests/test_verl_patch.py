@@ -239,9 +239,16 @@ def test_verls_hf_rollout_generates_from_the_actors_distribution(real_tree: Path
     released = _generate_call(real_tree)
     assert "position_ids=position_ids" in released
     assert _greedy_off_the_model(released) > 0
+    # A tree patched before the kind existed (its table without it): the site is left as released...
+    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_GENERATE_POSITIONS} for f, kinds in t.items()}
+                for v, t in RELEASES.items()}
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=unlisted)
+    assert _generate_call(real_tree) == released
+    # ... and the next patch with today's table patches it, on a tree whose other sites are done.
     plan = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert [(s.file, s.state) for s in plan.sites if s.kind == KIND_GENERATE_POSITIONS] == [
         ("verl/workers/rollout/hf_rollout.py", PENDING)]
+    assert not [s for s in plan.sites if s.kind != KIND_GENERATE_POSITIONS and s.state == PENDING]
     patched = _generate_call(real_tree)
     assert "position_ids=None" in patched
     assert _greedy_off_the_model(patched) == 0
@@ -249,11 +256,6 @@ def test_verls_hf_rollout_generates_from_the_actors_distribution(real_tree: Path
     again = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert not again.changes
     assert [s.state for s in again.sites if s.kind == KIND_GENERATE_POSITIONS] == [PATCHED]
-    # Without the release's table the kind is never touched.
-    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_GENERATE_POSITIONS} for f, kinds in t.items()}
-                for v, t in RELEASES.items()}
-    assert not [s for s in make_plan(str(real_tree), "pascal", "sdpa", releases=unlisted).sites
-                if s.kind == KIND_GENERATE_POSITIONS]
 
 def _log_probs_function(tree: Path) -> Callable[..., Any]:
     """verl's own logprobs_from_logits_v2, compiled from the tree's file alone (verl's imports are not needed)."""
