@@ -6,9 +6,8 @@ from __future__ import annotations
 import ast
 from typing import List
 
-from ..context import FoundSite, ScanContext
-from ..kinds import GENERATE_POSITIONS_KEY, KEPT, KIND_GENERATE_POSITIONS, MARKER, PATCHED, PENDING
-from ..source import Edit, src_line
+from ..context import FoundSite, ScanContext, value_site
+from ..kinds import GENERATE_POSITIONS_KEY, KIND_GENERATE_POSITIONS, MARKER
 
 GENERATE_POSITIONS_NOTE = "  " + MARKER + " generate counts each new token's position from the attention mask"
 
@@ -24,18 +23,6 @@ def find_generate_positions(ctx: ScanContext) -> List[FoundSite]:
         return []
     found: List[FoundSite] = []
     for call in _generate_calls(ctx):
-        for keyword in call.keywords:
-            if keyword.arg != GENERATE_POSITIONS_KEY:
-                continue
-            value = keyword.value
-            line = ctx.src.line_text(src_line(value))
-            if isinstance(value, ast.Constant) and value.value is None and MARKER in line:
-                found.append(FoundSite(KIND_GENERATE_POSITIONS, PATCHED, value))
-            elif ctx.attn is None:
-                found.append(FoundSite(KIND_GENERATE_POSITIONS, KEPT, value))
-            else:
-                start, end = ctx.src.span(value)
-                line_end = ctx.src.offset(src_line(value), 0) + len(line)
-                found.append(FoundSite(KIND_GENERATE_POSITIONS, PENDING, value, [
-                    Edit(start, end, "None"), Edit(line_end, line_end, GENERATE_POSITIONS_NOTE)]))
+        found += [value_site(ctx, KIND_GENERATE_POSITIONS, keyword.value, None, "None", GENERATE_POSITIONS_NOTE)
+                  for keyword in call.keywords if keyword.arg == GENERATE_POSITIONS_KEY]
     return found

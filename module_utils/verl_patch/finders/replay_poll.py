@@ -6,9 +6,8 @@ from __future__ import annotations
 import ast
 from typing import List
 
-from ..context import FoundSite, ScanContext
-from ..kinds import KEPT, KIND_REPLAY_POLL, MARKER, PATCHED, PENDING, REPLAY_POLL_PARAM, REPLAY_POLL_S
-from ..source import Edit, src_line
+from ..context import FoundSite, ScanContext, value_site
+from ..kinds import KIND_REPLAY_POLL, MARKER, REPLAY_POLL_PARAM, REPLAY_POLL_S
 
 REPLAY_POLL_NOTE = "  %s polls every %ss, not every %%s" % (MARKER, REPLAY_POLL_S)
 
@@ -29,16 +28,6 @@ def find_replay_poll(ctx: ScanContext) -> List[FoundSite]:
         return []
     found: List[FoundSite] = []
     for func in ctx.by_type.get(ast.FunctionDef, []) + ctx.by_type.get(ast.AsyncFunctionDef, []):
-        for default in _poll_defaults(func):
-            line = ctx.src.line_text(src_line(default))
-            if default.value == REPLAY_POLL_S and MARKER in line:
-                found.append(FoundSite(KIND_REPLAY_POLL, PATCHED, default))
-            elif ctx.attn is None:
-                found.append(FoundSite(KIND_REPLAY_POLL, KEPT, default))
-            else:
-                start, end = ctx.src.span(default)
-                line_end = ctx.src.offset(src_line(default), 0) + len(line)
-                found.append(FoundSite(KIND_REPLAY_POLL, PENDING, default, [
-                    Edit(start, end, repr(REPLAY_POLL_S)),
-                    Edit(line_end, line_end, REPLAY_POLL_NOTE % ctx.src.segment(default))]))
+        found += [value_site(ctx, KIND_REPLAY_POLL, default, REPLAY_POLL_S, repr(REPLAY_POLL_S),
+                             REPLAY_POLL_NOTE % ctx.src.segment(default)) for default in _poll_defaults(func)]
     return found
