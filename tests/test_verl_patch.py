@@ -192,7 +192,6 @@ def test_grpo_gets_n_responses_a_prompt_from_verls_hf_rollout(real_tree: Path) -
                 if s.kind == KIND_ROLLOUT_N and s.state == PENDING]
 
 
-
 def _generate_call(tree: Path) -> str:
     """The HF rollout's ``self.module.generate(...)`` call, as the tree's file has it (comments dropped)."""
     source = (tree / "verl" / "workers" / "rollout" / "hf_rollout.py").read_text()
@@ -220,8 +219,7 @@ def _greedy_off_the_model(call: str, steps: int = 12) -> int:
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     names = {"self": type("Rollout", (), {"module": model})(), "idx": idx, "attention_mask": attention_mask,
              "position_ids": position_ids, "do_sample": False, "response_length": steps, "eos_token_id": 1,
-             "pad_token_id": 0, "generation_config": GenerationConfig(do_sample=False, num_beams=1),
-             "kwargs": {}}
+             "pad_token_id": 0, "generation_config": GenerationConfig(do_sample=False, num_beams=1)}
     with torch.no_grad():
         seq = eval(call, names).sequences  # noqa: S307 - verl's own call, read from the tree under test
         mask = torch.cat([attention_mask, torch.ones_like(seq[:, width:])], dim=1)

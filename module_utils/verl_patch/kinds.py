@@ -46,8 +46,8 @@ REPLAY_POLL_S = 0.1
 
 # verl 0.4.0 to 0.5.0's HF rollout passes the prompts' position ids to the model's
 # `generate`, which keeps a position_ids it is given and does not extend it while
-# decoding (transformers 4.4x to 5): every generated token is given the last
-# prompt token's position. The rollout then samples from another distribution
+# decoding (seen with transformers 4.56, what 0.5.0's lock installs): every
+# generated token is given the last prompt token's position. The rollout then samples from another distribution
 # than the one the actor trains and scores (a tiny warm-started model scored 0.05
 # where it scores 0.23). The rewrite passes None, and generate counts each
 # token's position from the attention mask, as it does when given none (0.3.0

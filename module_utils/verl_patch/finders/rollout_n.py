@@ -22,7 +22,9 @@ def find_rollout_n(ctx: ScanContext) -> List[FoundSite]:
     found: List[FoundSite] = []
     for node in ctx.by_type.get(ast.Dict, []):
         for key, value in zip(node.keys, node.values):  # type: ignore[attr-defined]
-            patched = isinstance(value, ast.Constant) and MARKER in ctx.src.line_text(src_line(value))
-            if str_const(key) == ROLLOUT_N_KEY and (patched or isinstance(value, ast.Attribute) and value.attr == "n"):
+            if str_const(key) != ROLLOUT_N_KEY:
+                continue
+            marked = isinstance(value, ast.Constant) and MARKER in ctx.src.line_text(src_line(value))
+            if marked or (isinstance(value, ast.Attribute) and value.attr == "n"):
                 found.append(value_site(ctx, KIND_ROLLOUT_N, value, 1, "1", ROLLOUT_N_NOTE))
     return found
