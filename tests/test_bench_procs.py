@@ -49,12 +49,22 @@ def spawned(tmp_path: Path) -> Iterator[List[subprocess.Popen]]:
 
 
 def _run_tree(work: str, started: List[subprocess.Popen]) -> subprocess.Popen:
-    """A stand-in for a launch script: a shell in a session of its own with a child, marked with ``work``."""
+    """A stand-in for a launch script: a shell in a session of its own with a child, marked with ``work``.
+    Returns once the child has become ``sleep``: one caught between fork and exec may read as unmarked."""
     env: Dict[str, str] = {**os.environ, procs.MARK: work}
     proc = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], env=env, start_new_session=True)
     started.append(proc)
-    assert _wait_for(lambda: len(procs.marked(work)) == 2), "the shell and its child carry the mark"
+    assert _wait_for(lambda: len(procs.marked(work)) == 2 and "sleep" in map(_comm, procs.marked(work))), \
+        "the shell and its child carry the mark"
     return proc
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _bench(tmp_path: Path, work: str, reaped: bool) -> subprocess.Popen:
