@@ -17,7 +17,9 @@ shows the pipeline runs, not that it learns. Here the model starts above 0:
    --verl-sdist: PPO and GRPO with seeds 1 and 2, and PPO with the actor's
    learning rate 0 (the control); on each further one: PPO and GRPO with
    seed 1. --short: the first release's PPO seed 1 and its control (and each
-   further release's PPO seed 1).
+   further release's PPO seed 1). --only RUN keeps the runs named so
+   (VERSION-ALGO-seedN[-control], as the lines name them), e.g. one release's
+   seed 1 and control, to judge against another release's logs later.
    --parallel runs share the GPU (tiny models: seven fit an H200 under their caps).
    --pythonpath VERSION=DIRS gives a release's runs their own packages.
 
@@ -63,6 +65,32 @@ def plan(sdists: Sequence[str], short: bool) -> List[Planned]:
 
 def run_name(sdist: str, spec: learning.RunSpec) -> str:
     return f"{ppo_p40_rules.sdist_version(sdist)}-{spec.name}"
+
+
+def only(planned: Sequence[Planned], names: Sequence[str]) -> List[Planned]:
+    """The planned runs ``names`` names (all of them when it is empty); ValueError naming one not planned."""
+    if not names:
+        return list(planned)
+    known = [run_name(*item) for item in planned]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"--only {unknown[0]}: not a planned run; one of {', '.join(known)}")
+    return [item for item in planned if run_name(*item) in names]
+
+
+def required_checks(planned: Sequence[Planned]) -> List[str]:
+    """The checks the planned runs can pass: rises with an RL run, flat_control with a control, seeds_agree with
+    two seeds of one (release, algorithm), releases_agree with one (algorithm, seed) on two releases."""
+    plain = [(ppo_p40_rules.sdist_version(s), spec) for s, spec in planned if not spec.control]
+    by_group: Dict[Tuple[str, str], int] = {}
+    by_seed: Dict[Tuple[str, int], set] = {}
+    for verl, spec in plain:
+        by_group[(verl, spec.algo)] = by_group.get((verl, spec.algo), 0) + 1
+        by_seed.setdefault((spec.algo, spec.seed), set()).add(verl)
+    wanted = {"rises": bool(plain), "flat_control": any(spec.control for _, spec in planned),
+              "seeds_agree": any(n >= 2 for n in by_group.values()),
+              "releases_agree": any(len(v) >= 2 for v in by_seed.values())}
+    return [name for name in learning.CHECKS if wanted[name]]
 
 
 def warm(work: str, device: str) -> Tuple[str, str, Dict[str, Any]]:
@@ -194,6 +222,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "different ones), e.g. 0.9.1=/tmp/site-091")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change one of the runs' settings (verl_pascal/report/learning.py, Settings), e.g. actor_lr=1e-4")
+    p.add_argument("--only", action="append", default=[], metavar="RUN",
+                   help="run only this planned run (VERSION-ALGO-seedN[-control], e.g. 0.9.1-grpo-seed1); repeatable")
     args = p.parse_args(argv)
     try:
         args.settings = settings_of(args.set)
@@ -209,6 +239,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if args.parallel < 1:
         p.error("--parallel must be 1 or more")
     args.pythonpath = pythonpaths(args.pythonpath, [ppo_p40_rules.sdist_version(s) for s in args.verl_sdist], p)
+    try:
+        args.planned = only(plan(args.verl_sdist, args.short), args.only)
+    except ValueError as exc:
+        p.error(str(exc))
     args.work = os.path.abspath(args.work)
     return args
 
@@ -220,12 +254,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with procs.reaped(args.work):
         model, data, summary = warm(args.work, args.device)
         print(json.dumps({"warm_start": summary}), flush=True)
-        planned = plan(args.verl_sdist, args.short)
-        lines = run_all(planned, args, model, data)
-    required = ["rises", "flat_control", "releases_agree"] if args.short else list(learning.CHECKS)
-    if len(args.verl_sdist) < 2:
-        required.remove("releases_agree")
-    verdict = learning.judge([as_run(line) for line in lines], required=required)
+        lines = run_all(args.planned, args, model, data)
+    verdict = learning.judge([as_run(line) for line in lines], required=required_checks(args.planned))
     print(json.dumps({"verdict": verdict}))
     return 0 if verdict["passed"] else 1
 

@@ -58,20 +58,24 @@ def prepare_verl(sdist: str, work: str, attn: str, control: bool) -> str:
     if proc.returncode != 0:
         raise SystemExit(f"verl-patch failed: {proc.stderr}")
     if control:
-        restore_autocasts(src)
+        restore_sites(src)
     return src
 
 
-def restore_autocasts(src: str) -> None:
-    """Negative control: put verl's bf16 autocasts back where the patcher disabled them."""
+def restore_sites(src: str, kinds: Sequence[str] = ("autocast_bf16",)) -> int:
+    """Negative control: put back the original text of every patched site of ``kinds`` in the tree ``src``
+    (by default verl's bf16 autocasts the patcher disabled); how many."""
     manifest = json.load(open(os.path.join(src, "verl", ".verl_pascal_patch.json")))
+    restored = 0
     for site in manifest["sites"]:
-        if site["kind"] != "autocast_bf16":
+        if site["kind"] not in kinds:
             continue
         path = os.path.join(src, site["file"])
         text = open(path).read()
         if site["after"] in text:
             open(path, "w").write(text.replace(site["after"], site["before"], 1))
+            restored += 1
+    return restored
 
 
 #: The negative control's bf16 for the critic, as 0.5.0 spells the key (renamed for the release).

@@ -181,3 +181,24 @@ def test_the_cpu_loops_bad_arguments_are_status_2(argv: List[str], capsys) -> No
     with pytest.raises(SystemExit) as exc:
         learning_cpu.main(argv)
     assert exc.value.code == 2 and "must be" in capsys.readouterr().err
+
+
+def test_only_runs_the_runs_it_names_and_judges_what_they_can_show(tmp_path, monkeypatch, capsys) -> None:
+    """One release's seed 1 and control (to judge against another release's logs later): the seeds cannot
+    agree with one seed, so the verdict asks what the runs can show and no more."""
+    stand_in = StandIn()
+    rc, lines = run_main(tmp_path, monkeypatch, capsys, stand_in, "--only", "0.5.0-grpo-seed1",
+                         "--only", "0.5.0-ppo-seed1-control")
+    assert sorted(line["run"] for line in lines[1:-1]) == ["0.5.0-grpo-seed1", "0.5.0-ppo-seed1-control"]
+    assert (rc, lines[-1]["verdict"]["required"]) == (0, ["rises", "flat_control"])
+    both = ["verl-0.5.0.tar.gz", "verl-0.9.1.tar.gz"]
+    assert bench.required_checks(bench.plan(both, False)) == list(learning.CHECKS)
+    assert bench.required_checks(bench.plan(both, True)) == ["rises", "flat_control", "releases_agree"]
+
+
+def test_only_refuses_a_run_the_plan_does_not_have(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--verl-sdist", sdists(tmp_path, "0.9.1")[0], "--only", "0.5.0-ppo-seed1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only 0.5.0-ppo-seed1: not a planned run" in err and "0.9.1-grpo-seed1" in err
