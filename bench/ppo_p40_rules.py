@@ -263,6 +263,24 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
+def run_script(argv: Sequence[str], env: Dict[str, str], log_path: str, timeout: int) -> int:
+    """Run the launch script (``argv``: the script, then its options) as root, its output into a new
+    ``log_path``, in a process group of its own; its exit status, or -1 when it ran past ``timeout``
+    seconds (then the whole group is killed)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(log_path)  # a new file: nothing else can still be writing into it
+    with open(log_path, "w") as log_file:
+        # The GPU host's only user is root; the script refuses root without --allow-root.
+        proc = subprocess.Popen([argv[0], "--allow-root", *argv[1:]], env=env, stdout=log_file,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            return -1
+
+
 def measured(args: argparse.Namespace) -> Dict[str, Any]:
     work, src, script = prepare(args)
     report = report_dir(work)
@@ -270,18 +288,8 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
     extra = run_overrides(args)
     start = time.time()
     log_path = os.path.join(work, "last-run.log")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(log_path)  # a new file: nothing else can still be writing into it
-    with SmiSampler(work) as smi, host_memory.HostSampler(work) as host, open(log_path, "w") as log_file:
-        # The GPU host's only user is root; the script refuses root without this.
-        proc = subprocess.Popen([script, "--allow-root", "--algo", args.algo, *extra], env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            returncode = -1
+    with SmiSampler(work) as smi, host_memory.HostSampler(work) as host:
+        returncode = run_script([script, "--algo", args.algo, *extra], env, log_path, args.timeout)
     with open(log_path, errors="replace") as f:
         log = f.read()
     steps = parse_steps(log)

@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
@@ -154,15 +153,8 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
     env = ppo_p40_rules.p40_env(work, src, args.memory_gib, True, args.pythonpath)
     log_path = os.path.join(work, "last-run.log")
     start = time.time()
-    with ppo_p40_rules.SmiSampler(work) as smi, host_memory.HostSampler(work) as host, open(log_path, "w") as log_file:
-        proc = subprocess.Popen([script, "--allow-root", "--sft", *run_overrides(args)], env=env, stdout=log_file,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            returncode = -1
+    with ppo_p40_rules.SmiSampler(work) as smi, host_memory.HostSampler(work) as host:
+        returncode = ppo_p40_rules.run_script([script, "--sft", *run_overrides(args)], env, log_path, args.timeout)
     wall = time.time() - start
     log = open(log_path, errors="replace").read()
     found = losses(log)
