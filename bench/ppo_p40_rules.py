@@ -11,9 +11,10 @@ GSM8K rule reward) with the P40-rules guard active in every process
 kernel on the GPU fails the run).
 
 --control puts bf16 back after patching (the negative control): verl's
-literal bf16 autocasts where the patcher disabled them, and the critic's FSDP
-param dtype through the configuration, where verl 0.8 and newer autocast (the
-key as the release spells it). The guard must fail that run.
+literal bf16 autocasts where the patcher disabled them, and the critic's and
+the actor's FSDP param dtype through the configuration, where verl 0.8 and
+newer autocast (the keys as the release spells them; the actor's is what
+reaches GRPO, which has no critic). The guard must fail that run.
 
 Prints one JSON line per run: steps completed, seconds per step, generated
 tokens per second, peak GPU memory per process, violations, and the error if
@@ -78,16 +79,20 @@ def restore_sites(src: str, kinds: Sequence[str] = ("autocast_bf16",)) -> int:
     return restored
 
 
-#: The negative control's bf16 for the critic, as 0.5.0 spells the key (renamed for the release).
-CONTROL_OVERRIDE = "++critic.model.fsdp_config.mixed_precision.param_dtype=bf16"
+#: The negative control's bf16 parameters, as 0.5.0 spells the keys (renamed for the release): the critic's
+#: (PPO) and the actor's (PPO and GRPO). GRPO has no critic: with the critic's alone, verl 0.9.1's GRPO
+#: control ran its steps untouched (2026-12-07), its autocast sites being in the HF rollout it does not use.
+CONTROL_OVERRIDES = ("++critic.model.fsdp_config.mixed_precision.param_dtype=bf16",
+                     "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
 
 
 def control_overrides(version: str) -> List[str]:
-    """The negative control's configuration part, with the key as ``version`` spells it."""
+    """The negative control's configuration part, with the keys as ``version`` spells them."""
     from verl_pascal import verl_releases
     from verl_pascal.launch import compose
 
-    return [compose.release_keys(CONTROL_OVERRIDE, verl_releases.read(version))]
+    release = verl_releases.read(version)
+    return [compose.release_keys(override, release) for override in CONTROL_OVERRIDES]
 
 
 def prepare_data(work: str, count: int) -> str:

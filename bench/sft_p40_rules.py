@@ -49,6 +49,8 @@ CONTROL_KINDS = ("autocast_bf16", "mixed_precision_bf16")
 ENGINE_CONTROL_OVERRIDE = "++engine.mixed_precision.param_dtype=bf16"
 #: Where the launch script names the model the run saved.
 MODEL_LINE = re.compile(r"verl-ppo: the SFT model, in Hugging Face format: (?P<path>\S+)")
+#: The launch script's lines that say what it did, not what went wrong.
+INFO_LINES = ("verl-ppo: SFT run directory", "verl-ppo: the SFT model", "verl-ppo: RL from it")
 
 
 def sft_table(version: str) -> Dict[str, Any]:
@@ -179,7 +181,7 @@ def error_of(result: Dict[str, Any], returncode: int, log: str, args: argparse.N
         return f"timed out after {args.timeout} s"
     if returncode != 0 or result["steps_done"] < args.steps or not result["model"]:
         tail = [line for line in log.splitlines() if re.search(r"\w+(Error|Exception)\b:|P40 rule|verl-ppo: ", line)
-                and not MODEL_LINE.search(line)]
+                and not line.startswith(INFO_LINES)]
         return (tail[-1] if tail else f"exit status {returncode}, {result['steps_done']} of {args.steps} steps")[:400]
     return None
 

@@ -81,6 +81,21 @@ def test_it_reads_the_steps_the_losses_and_the_model_the_launch_script_named() -
     assert sft_p40_rules.saved_model("verl-ppo: verl's SFT trainer wrote no Hugging Face model into /x") is None
 
 
+DATA = Path(__file__).parent / "data" / "report"
+
+
+@pytest.mark.parametrize("version, first, last, val", [("0.5.0", 8.4339, 0.2796, 0.2836),
+                                                        ("0.9.1", 8.4413, 0.2158, 0.2192)])
+def test_it_reads_the_step_lines_the_sft_trainers_print_after_their_progress_bar(version: str, first: float, last: float,
+                                                                                 val: float) -> None:
+    """Recorded on the GPU (2026-12-07, verl-ppo --sft, 250 steps; steps 1 to 5 and 246 to 250 kept): each step
+    line follows tqdm's bar on the same line, which a reader of lines that start with the step missed."""
+    log = (DATA / f"verl-{version}-sft.train.log").read_text()
+    assert "]step:2 - " in log
+    assert sft_p40_rules.losses(log) == {"steps_done": 10, "loss_first": first, "loss_last": last, "val_loss": val}
+    assert [s["step"] for s in ppo_p40_rules.parse_steps(log)] == [1, 2, 3, 4, 5, 246, 247, 248, 249, 250]
+
+
 def test_a_failed_run_reports_the_launch_scripts_own_line_not_the_model_line() -> None:
     args = bench_args("--steps", "3")
     log = "step:1 - train/loss:8.4\nverl-ppo: verl's SFT trainer wrote no Hugging Face model into /w/x/huggingface\n"
@@ -88,6 +103,8 @@ def test_a_failed_run_reports_the_launch_scripts_own_line_not_the_model_line() -
     assert sft_p40_rules.error_of(result, 1, log, args) == "verl-ppo: verl's SFT trainer wrote no Hugging Face model into /w/x/huggingface"
     assert sft_p40_rules.error_of({"steps_done": 3, "model": "/m"}, 0, log, args) is None
     assert sft_p40_rules.error_of(result, -1, log, args) == f"timed out after {args.timeout} s"
+    done = "verl-ppo: the SFT model, in Hugging Face format: /m\nverl-ppo: RL from it: verl-ppo actor_rollout_ref.model.path=/m\n"
+    assert sft_p40_rules.error_of({"steps_done": 2, "model": "/m"}, 0, done, args) == "exit status 0, 2 of 3 steps"
 
 
 def test_more_steps_than_one_epoch_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -110,3 +127,23 @@ def test_the_data_is_the_converters_sft_rows_of_the_tasks_rl_files(tmp_path: Pat
     assert row[gsm8k.SFT_MESSAGES][0]["content"] == row[gsm8k.SFT_PROMPT]
     test_rows = pq.read_table(os.path.join(data, "sft", "test.parquet")).to_pylist()
     assert [r[gsm8k.SFT_PROMPT] for r in test_rows] == [r["prompt"][0]["content"] for r in held_out]
+
+
+# --- the PPO bench's negative control (bench/ppo_p40_rules.py --control) --------------------------------------
+
+from test_release_configs import LOCKED, composed, launch_overrides  # noqa: E402
+
+
+@pytest.mark.parametrize("version", LOCKED)
+def test_the_rl_control_asks_bf16_of_the_actor_too_so_that_grpo_which_has_no_critic_is_caught(
+        version: str, extracted: Callable[[str], Path], tmp_path: Path) -> None:
+    """With the critic's bf16 alone, 0.9.1's GRPO control trained its steps untouched on a GPU (2026-12-07):
+    the control must reach a model every algorithm trains. After the launch script's fp32 (the control's
+    overrides come last), both the actor's and the critic's FSDP parameters are bf16 where the release reads them."""
+    ours = ppo_p40_rules.control_overrides(version)
+    cfg = composed(extracted(version), launch_overrides(tmp_path, version, "pascal") + ours)
+    assert misplaced(cfg, ours) == {}
+    actor = OmegaConf.select(cfg, "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype")
+    critic = [OmegaConf.select(cfg, key) for key in ("critic.model.fsdp_config.mixed_precision.param_dtype",
+                                                      "critic.fsdp.mixed_precision.param_dtype")]
+    assert actor == "bf16" and "bf16" in critic

@@ -4,7 +4,9 @@ verl's console logger (``verl/utils/logger/aggregate_logger.py``) prints each
 step as ``step:N - key:value - key:value``, every value through
 ``pprint.pformat``: plain numbers, or numpy scalars such as
 ``np.float64(0.25)`` under numpy 2. Ray prefixes what its workers print
-(``(TaskRunner pid=123) step:1 - ...``), and a resumed run appends to the
+(``(TaskRunner pid=123) step:1 - ...``); verl's SFT trainer prints its steps
+right after its tqdm progress bar, on the bar's line (``... 2.09it/s]step:4 - ...``).
+A resumed run appends to the
 same log, so a step can appear twice: the later line wins. A value verl
 logged as ``nan``, ``inf`` or ``-inf`` (``np.float64(nan)`` under numpy 2)
 is kept as that float: a run that diverged reads as one, not as a run
@@ -17,7 +19,7 @@ import math
 import re
 from typing import Dict, Iterable, List
 
-STEP_LINE = re.compile(r"(?:^|\s)step:(\d+) - (.*)$")
+STEP_LINE = re.compile(r"(?:^|[\s\]])step:(\d+) - (.*)$")
 # np.float64(0.5), np.int64(3), numpy.float32(1e-05): numpy scalars as pformat writes them.
 NUMPY_SCALAR = re.compile(r"^(?:np|numpy)\.[a-z]+\d*\((.*)\)$")
 
