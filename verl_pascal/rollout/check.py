@@ -4,7 +4,7 @@
         python -m verl_pascal.rollout.check [--model DIR] [--device cpu|cuda] [--mode auto|sync|async]
 
 It goes through verl's own interfaces, as a PPO step does, for the release's
-mode (``auto``: async where verl has ``RolloutReplicaRegistry``, 0.7 on):
+mode (``auto``: async from verl 0.7 on, by the installed verl's version):
 
 - sync (0.6): verl's rollout registry gives the class for ``("hf", "sync")``,
   verl's config dataclasses configure it, ``update_weights`` hands it a
@@ -168,12 +168,16 @@ def run_async(model_dir: str, device: str, response_length: int) -> Dict[str, An
 
 
 def async_release() -> bool:
-    """True where verl's rollouts are servers (verl 0.7 on)."""
-    try:
-        from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """True where verl's rollouts are servers (verl 0.7 on), read from verl's version.
+
+    Not from whether ``RolloutReplicaRegistry`` imports: verl 0.6.1 has it too,
+    in a module that needs pydantic, which 0.6.1's lock leaves out but a
+    downgrade from 0.9.1 leaves installed; 0.6.1 registers only ``("hf", "sync")``.
+    """
+    import verl
+    from packaging.version import Version
+
+    return Version(verl.__version__).release[:2] >= (0, 7)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
