@@ -45,8 +45,6 @@ from bench import host_memory, ppo_p40_rules, procs
 
 #: The sites --control puts back: every bf16 the patcher removed from what the SFT trainers run.
 CONTROL_KINDS = ("autocast_bf16", "mixed_precision_bf16")
-#: The control's bf16 for trainers on the FSDP engine (its parameter dtype; bf16 also turns on its autocast).
-ENGINE_CONTROL_OVERRIDE = "++engine.mixed_precision.param_dtype=bf16"
 #: Where the launch script names the model the run saved.
 MODEL_LINE = re.compile(r"verl-ppo: the SFT model, in Hugging Face format: (?P<path>\S+)")
 #: The launch script's lines that say what it did, not what went wrong.
@@ -64,8 +62,11 @@ def sft_table(version: str) -> Dict[str, Any]:
 
 
 def control_overrides(version: str) -> List[str]:
-    """The control's configuration part: bf16 FSDP parameters where the trainer runs on the FSDP engine."""
-    return [ENGINE_CONTROL_OVERRIDE] if sft_table(version)["config"] != "sft_trainer" else []
+    """The control's configuration part: each fp32 parameter dtype the release's sft table sets on the fp32
+    profile (the FSDP engine's, 0.7.1 on), set to bf16 after it. None where the dtype is in the code
+    (0.5.0, 0.6.1): there the control puts the patched sites back."""
+    fp32 = (sft_table(version).get("profile_overrides") or {}).get("fp32") or []
+    return [o.replace("=fp32", "=bf16") for o in fp32 if re.search(r"mixed_precision\.param_dtype=fp32$", o)]
 
 
 def prepare_data(work: str, train: int, held_out: int) -> "tuple[str, list]":
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def measured(args: argparse.Namespace) -> Dict[str, Any]:
     version = ppo_p40_rules.sdist_version(args.verl_sdist)
-    sft_table(version)
+    trainer = sft_table(version)["module"]
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     src = ppo_p40_rules.prepare_verl(args.verl_sdist, work, "sdpa", control=False)
@@ -162,7 +163,7 @@ def measured(args: argparse.Namespace) -> Dict[str, Any]:
     found = losses(log)
     saved = saved_model(log)
     result: Dict[str, Any] = {
-        "verl": version, "trainer": sft_table(version)["module"], "control": args.control, "restored_sites": restored,
+        "verl": version, "trainer": trainer, "control": args.control, "restored_sites": restored,
         "guard": True, "memory_cap_gib": args.memory_gib, "steps_asked": args.steps, **found,
         "wall_s": round(wall, 1), "lr": args.lr, "batch": args.batch, "micro_batch": args.micro_batch,
         "model": saved, "nvidia_smi_peak_mib": smi.peaks, "other_gpu_processes_mib": smi.others,

@@ -4,7 +4,8 @@
         python -m verl_pascal.rollout.check [--model DIR] [--device cpu|cuda] [--mode auto|sync|async]
 
 It goes through verl's own interfaces, as a PPO step does, for the release's
-mode (``auto``: async from verl 0.7 on, by the installed verl's version):
+mode (``playbooks/verify.yml`` passes the release folder's ``rollout_mode``;
+``auto``, for a run by hand: async from verl 0.7 on, by the installed verl's version):
 
 - sync (0.6): verl's rollout registry gives the class for ``("hf", "sync")``,
   verl's config dataclasses configure it, ``update_weights`` hands it a
