@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO_ROOT as REPO  # noqa: E402
 
 from verl_pascal import verl_releases  # noqa: E402
+from verl_pascal.launch import compose  # noqa: E402
 from verl_pascal.launch import render as launch_render  # noqa: E402
 
 PLACEBOS = ("TRITON_MAX_SHARED_MEMORY", "VLLM_DTYPE", "VLLM_NO_LONG_CTX_OPTIMIZATION", "cpu_offload", "offload_params")
@@ -121,8 +122,11 @@ def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path: Path, prof
     assert proc.returncode == 0, proc.stdout
 
 
-def test_dry_run_shows_the_pascal_settings(tmp_path: Path) -> None:
-    argv = dry_run_args(render(tmp_path))
+@pytest.mark.parametrize("version", ["0.5.0", "0.9.1"])
+def test_dry_run_shows_the_pascal_settings(tmp_path: Path, version: str) -> None:
+    """The Pascal settings, each at the key the release reads it from (0.9.1 moved the critic's)."""
+    argv = dry_run_args(render(tmp_path, verl_version=version))
+    release = verl_releases.read(version)
     assert argv[:3] == ["/opt/miniforge3/envs/verl-p40/bin/python", "-m", "verl.trainer.main_ppo"]
     for expected in [
         "actor_rollout_ref.rollout.name=hf",
@@ -142,6 +146,7 @@ def test_dry_run_shows_the_pascal_settings(tmp_path: Path) -> None:
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "data.train_files=/opt/verl-pascal/data/gsm8k/train.parquet",
     ]:
+        expected = compose.release_keys(expected, release)
         assert expected in argv, expected
     assert not any(p in " ".join(argv) for p in PLACEBOS)
 

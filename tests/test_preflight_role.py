@@ -292,8 +292,14 @@ def mirror_dir(root: Path, files: list[str], wheels: bool = True) -> Path:
     return root
 
 
+def default_sdist() -> str:
+    """The sdist of the release the version lock installs (verl_version), as its folder names it."""
+    versions = yaml.safe_load((REPO / "inventory/group_vars/all/versions.yml").read_text())
+    return str(verl_releases.read(str(versions["verl_version"]))["sdist"])
+
+
 LOCK_FILES = ["cuda_11.8.0_520.61.05_linux.run", "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz",
-              "Miniforge3-26.3.2-3-Linux-x86_64.sh", "apex-24.04.01.tar.gz", "verl-0.5.0.tar.gz"]
+              "Miniforge3-26.3.2-3-Linux-x86_64.sh", "apex-24.04.01.tar.gz", default_sdist()]
 
 
 @pytest.mark.parametrize("check", [False, True])
@@ -303,8 +309,8 @@ def test_mirror_dir_lacking_files_names_them_and_the_prefetch_command(tmp_path: 
                             "-e", f"artifact_mirror_dir={mirror}", check=check)
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
-    assert "lacks apex-24.04.01.tar.gz, verl-0.5.0.tar.gz" in out
-    assert f"verl-pascal-prefetch --mirror {mirror} --only apex-24.04.01.tar.gz verl-0.5.0.tar.gz" in out
+    assert f"lacks apex-24.04.01.tar.gz, {default_sdist()}" in out
+    assert f"verl-pascal-prefetch --mirror {mirror} --only apex-24.04.01.tar.gz {default_sdist()}" in out
     assert "Read the NVIDIA GPUs" not in proc.stdout
 
 

@@ -41,7 +41,9 @@ def run_fetch(tmp_path: Path, index: str, *extra: str) -> subprocess.CompletedPr
                         "-e", f"@{REPO / 'inventory/group_vars/all/versions.yml'}",
                         "-e", f"@{REPO / 'inventory/group_vars/all/settings.yml'}",
                         "-e", f"artifact_cache_dir={tmp_path / 'cache'}", "-e", "preflight_gpu_profile=pascal",
-                        "-e", f"verl_index_url={index}", "-e", f"conda_env_prefix={tmp_path / 'env'}", *extra,
+                        "-e", f"verl_index_url={index}", "-e", f"conda_env_prefix={tmp_path / 'env'}",
+                        # The release the index serves a substitute of (any release fetches alike).
+                        "-e", "verl_version=0.5.0", *extra,
                         timeout=300)
 
 
