@@ -101,6 +101,34 @@ def warm(work: str, device: str) -> Tuple[str, str, Dict[str, Any]]:
     return model, data, warm_start.warm_start(model, data, seed=0, device=device)
 
 
+def sft_args(work: str, sdist: str, pythonpath: str) -> argparse.Namespace:
+    """bench/sft_p40_rules.py's arguments for the SFT start: its own defaults on the warm start's task split
+    (the same problem counts and seed, so the held-out problems the runs validate on are the ones the SFT
+    model is scored on, and never trained on) and its tiny model."""
+    from bench import sft_p40_rules
+    from verl_pascal.models import warm_start
+
+    return sft_p40_rules.parser().parse_args([
+        "--verl-sdist", sdist, "--work", os.path.join(work, "sft-start"), "--pythonpath", pythonpath,
+        "--train-problems", str(warm_start.TRAIN_PROBLEMS), "--held-out-problems", str(warm_start.HELD_OUT_PROBLEMS)])
+
+
+def sft_start(work: str, sdist: str, pythonpath: str) -> Tuple[str, str, Dict[str, Any]]:
+    """(model, data) of a start made by verl's own SFT trainer (`verl-ppo --sft` under P40 rules, through
+    bench/sft_p40_rules.py): RL from an SFT model, as a user runs it. Its summary: the SFT run's line (its
+    losses and the saved model's held-out scores). SystemExit with the SFT run's error when it failed."""
+    from bench import sft_p40_rules
+    from verl_pascal.data import arithmetic
+    from verl_pascal.models import warm_start
+
+    result = sft_p40_rules.run(sft_args(work, sdist, pythonpath))
+    if result.get("error") or not result.get("model"):
+        raise SystemExit(f"learning: the SFT start failed: {result.get('error')} (its log: {result.get('log')})")
+    data = os.path.join(work, "task-data")
+    arithmetic.write(data, arithmetic.split(warm_start.TRAIN_PROBLEMS, warm_start.HELD_OUT_PROBLEMS, seed=0))
+    return str(result["model"]), data, {"start": "sft", **result}
+
+
 def settings_of(pairs: Sequence[str]) -> learning.Settings:
     """learning.SETTINGS with each NAME=VALUE of --set; ValueError naming a bad one."""
     fields = {f.name: f for f in dataclasses.fields(learning.Settings)}
@@ -217,6 +245,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--memory-gib", type=float, default=22.0)
     p.add_argument("--timeout", type=int, default=1500, help="seconds a run may take")
     p.add_argument("--device", default="cuda", help="where the warm start trains (cuda or cpu)")
+    p.add_argument("--start", default="warm", choices=["warm", "sft"],
+                   help="the runs' model: the warm start's own fp32 loop (warm), or verl's SFT trainer run by "
+                        "`verl-ppo --sft` under P40 rules with the first release (sft: RL from an SFT model)")
     p.add_argument("--pythonpath", action="append", default=[], metavar="VERSION=DIRS",
                    help="a release's packages instead of the inherited PYTHONPATH (where two releases need "
                         "different ones), e.g. 0.9.1=/tmp/site-091")
@@ -252,7 +283,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(args.work, exist_ok=True)
     # Every run is marked with its directory under --work: none outlives the benchmark.
     with procs.reaped(args.work):
-        model, data, summary = warm(args.work, args.device)
+        if args.start == "sft":
+            first = args.verl_sdist[0]
+            model, data, summary = sft_start(args.work, first,
+                                             args.pythonpath.get(ppo_p40_rules.sdist_version(first), ""))
+        else:
+            model, data, summary = warm(args.work, args.device)
         print(json.dumps({"warm_start": summary}), flush=True)
         lines = run_all(args.planned, args, model, data)
     verdict = learning.judge([as_run(line) for line in lines], required=required_checks(args.planned))

@@ -202,3 +202,54 @@ def test_only_refuses_a_run_the_plan_does_not_have(tmp_path, capsys) -> None:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--only 0.5.0-ppo-seed1: not a planned run" in err and "0.9.1-grpo-seed1" in err
+
+
+# ---------------------------------------------------------------- RL from an SFT model (--start sft)
+
+def test_the_sft_start_is_scored_on_the_problems_the_runs_validate_on_and_never_trained_on(tmp_path: Path) -> None:
+    """With --start sft, verl's SFT trainer makes the runs' model: its training rows must be the warm start's
+    training split and its held-out rows the runs' validation set, or the RL curve's step 0 would score a
+    model on problems it was fine-tuned on."""
+    from bench import sft_p40_rules
+    from verl_pascal.data import arithmetic, gsm8k
+    from verl_pascal.models import warm_start
+
+    args = bench.sft_args(str(tmp_path), sdists(tmp_path, "0.9.1")[0], "/site-091")
+    assert (args.work, args.pythonpath, args.control) == (str(tmp_path / "sft-start"), "/site-091", False)
+    _, held_out_rows = sft_p40_rules.prepare_data(str(tmp_path / "sft"), args.train_problems, args.held_out_problems)
+    task = arithmetic.split(warm_start.TRAIN_PROBLEMS, warm_start.HELD_OUT_PROBLEMS, seed=0)
+    assert held_out_rows == gsm8k.convert(task.held_out, "test")
+    trained = {row["extra_info"]["answer"] for row in gsm8k.convert(task.train, "train")}
+    assert not trained & {row["extra_info"]["answer"] for row in held_out_rows}
+
+
+def test_runs_start_from_the_model_the_sft_run_saved(tmp_path, monkeypatch, capsys) -> None:
+    from bench import sft_p40_rules
+
+    asked: List[Any] = []
+
+    def sft_run(ns: Any) -> Dict[str, Any]:  # STAND-IN for bench/sft_p40_rules.py's GPU run
+        asked.append(ns)
+        return {"error": None, "model": "/sft/huggingface", "held_out_greedy": 0.5, "log": "/sft/last-run.log"}
+
+    monkeypatch.setattr(sft_p40_rules, "run", sft_run)
+    monkeypatch.setattr(bench, "warm", lambda work, device: pytest.fail("--start sft must not run the warm start"))
+    stand_in = StandIn()
+    seen: List[str] = []
+    monkeypatch.setattr(ppo_p40_rules, "run", lambda ns: seen.append(ns.model_dir) or stand_in(ns))
+    rc = bench.main(["--verl-sdist", sdists(tmp_path, "0.9.1")[0], "--work", str(tmp_path / "w"), "--stagger-s", "0",
+                     "--set", "steps=10", "--short", "--start", "sft", "--pythonpath", "0.9.1=/site-091"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0 and [ns.pythonpath for ns in asked] == ["/site-091"]
+    assert lines[0]["warm_start"]["start"] == "sft" and lines[0]["warm_start"]["held_out_greedy"] == 0.5
+    assert seen == ["/sft/huggingface", "/sft/huggingface"]
+    assert (tmp_path / "w" / "task-data" / "test.parquet").is_file()
+
+
+def test_a_failed_sft_start_stops_the_benchmark_with_its_error(tmp_path, monkeypatch) -> None:
+    from bench import sft_p40_rules
+
+    monkeypatch.setattr(sft_p40_rules, "run", lambda ns: {"error": "P40 rule: bf16", "model": None, "log": "/l"})
+    monkeypatch.setattr(ppo_p40_rules, "run", lambda ns: pytest.fail("no run may start without its model"))
+    with pytest.raises(SystemExit, match="the SFT start failed: P40 rule: bf16"):
+        bench.main(["--verl-sdist", sdists(tmp_path, "0.9.1")[0], "--work", str(tmp_path / "w"), "--start", "sft"])
