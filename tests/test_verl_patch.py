@@ -42,6 +42,7 @@ from verl_pascal.module_utils.verl_patch import (
     KIND_LOGSUMEXP,
     KIND_MIXED_PRECISION,
     KIND_REPLAY_POLL,
+    KIND_ROLLOUT_LOG_PROBS,
     KIND_ROLLOUT_N,
     PATCHED,
     PENDING,
@@ -192,40 +193,72 @@ def test_grpo_gets_n_responses_a_prompt_from_verls_hf_rollout(real_tree: Path) -
                 if s.kind == KIND_ROLLOUT_N and s.state == PENDING]
 
 
-def _generate_call(tree: Path) -> str:
-    """The HF rollout's ``self.module.generate(...)`` call, as the tree's file has it (comments dropped)."""
-    source = (tree / "verl" / "workers" / "rollout" / "hf_rollout.py").read_text()
-    calls = [node for node in ast.walk(ast.parse(source))
+def _hf_rollout(tree: Path) -> ast.Module:
+    return ast.parse((tree / "verl" / "workers" / "rollout" / "hf_rollout.py").read_text())
+
+
+def _generate_node(tree: Path) -> ast.Call:
+    calls = [node for node in ast.walk(_hf_rollout(tree))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "generate"]
     assert len(calls) == 1
-    return ast.unparse(calls[0])
+    return calls[0]
 
 
-def _greedy_off_the_model(call: str, steps: int = 12) -> int:
-    """How many of the tokens that ``call`` (verl's generate call, run as verl runs it: left-padded prompts,
-    their position ids, greedy) generates are not the model's own next token, read off one forward pass
-    of the whole sequence with positions counted from each prompt's first token. 0 for a right rollout."""
+def _generate_call(tree: Path) -> str:
+    """The HF rollout's ``self.module.generate(...)`` call, as the tree's file has it (comments dropped)."""
+    return ast.unparse(_generate_node(tree))
+
+
+def _rollout_scope(tree: Path, sample: bool, steps: int, init: float = 0.02, temperature: float = 1.0) -> Dict[str, Any]:
+    """The names verl's HF rollout has when it calls generate (a tiny random Qwen2 as ``self.module``,
+    left-padded prompts and their position ids), the classes the patch appends to its file (read from the
+    tree: verl's imports are not needed), and ``_model``, ``_width`` and ``_mask`` for the caller."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+    names: Dict[str, Any] = {"torch": torch}
+    for node in _hf_rollout(tree).body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("_VerlPascal"):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), "hf_rollout.py", "exec"), names)  # noqa: S102
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                         attn_implementation="eager")).eval()
+                                         initializer_range=init, attn_implementation="eager")).eval()
     prompts = [[5, 17, 33, 8, 41, 12, 9], [22, 7, 64, 30], [3, 90, 45, 11, 71, 2, 58, 19, 26]]
     width = max(len(p) for p in prompts)
     idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     attention_mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    names = {"self": type("Rollout", (), {"module": model})(), "idx": idx, "attention_mask": attention_mask,
-             "position_ids": position_ids, "do_sample": False, "response_length": steps, "eos_token_id": 1,
-             "pad_token_id": 0, "generation_config": GenerationConfig(do_sample=False, num_beams=1)}
+    config = GenerationConfig(do_sample=sample, num_beams=1, **(
+        {"temperature": temperature, "top_k": 0, "top_p": 1.0, "num_return_sequences": 1} if sample else {}))
+    names.update({"self": type("Rollout", (), {"module": model})(), "idx": idx, "attention_mask": attention_mask,
+                  "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0), "do_sample": sample,
+                  "response_length": steps, "eos_token_id": 1, "pad_token_id": 0, "generation_config": config,
+                  "_model": model, "_width": width, "_mask": attention_mask})
+    return names
+
+
+def _actor_log_probs(names: Dict[str, Any], seq: Any, response_mask: Any, temperature: float = 1.0) -> Any:
+    """The log-probs of ``seq``'s response tokens as verl's actor takes them: one forward pass of the
+    whole sequences, positions counted from each prompt's first token, logits divided by the temperature."""
+    import torch
+
+    width = names["_width"]
+    mask = torch.cat([names["_mask"], response_mask.long()], dim=1)
+    logits = names["_model"](input_ids=seq, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    return torch.log_softmax(logits[:, width - 1:-1].float() / temperature, -1)
+
+
+def _greedy_off_the_model(tree: Path, call: str, steps: int = 12) -> int:
+    """How many of the tokens that ``call`` (verl's generate call, run as verl runs it: left-padded prompts,
+    their position ids, greedy) generates are not the model's own next token, read off one forward pass
+    of the whole sequence with positions counted from each prompt's first token. 0 for a right rollout."""
+    import torch
+
+    names = _rollout_scope(tree, sample=False, steps=steps)
     with torch.no_grad():
         seq = eval(call, names).sequences  # noqa: S307 - verl's own call, read from the tree under test
-        mask = torch.cat([attention_mask, torch.ones_like(seq[:, width:])], dim=1)
-        logits = model(input_ids=seq, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
-    own = logits[:, width - 1:-1].argmax(-1)
-    return int((own != seq[:, width:]).sum())
+        own = _actor_log_probs(names, seq, torch.ones_like(seq[:, names["_width"]:])).argmax(-1)
+    return int((own != seq[:, names["_width"]:]).sum())
 
 
 @pytest.mark.parametrize("real_tree", ["0.5.0", "0.4.0"], indirect=True)
@@ -236,24 +269,77 @@ def test_verls_hf_rollout_generates_from_the_actors_distribution(real_tree: Path
     Patched, the rollout's tokens are the model's own; as released (the negative control), they are not."""
     released = _generate_call(real_tree)
     assert "position_ids=position_ids" in released
-    assert _greedy_off_the_model(released) > 0
-    # A tree patched before the kind existed (its table without it): the site is left as released...
-    unlisted = {v: {f: {k: n for k, n in kinds.items() if k != KIND_GENERATE_POSITIONS} for f, kinds in t.items()}
-                for v, t in RELEASES.items()}
-    patch_tree(str(real_tree), "pascal", "sdpa", releases=unlisted)
+    assert _greedy_off_the_model(real_tree, released) > 0
+    # A tree patched before the kind existed (its table without it, nor the later log-probs): the call is
+    # left as released...
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=_without(KIND_GENERATE_POSITIONS, KIND_ROLLOUT_LOG_PROBS))
     assert _generate_call(real_tree) == released
     # ... and the next patch with today's table patches it, on a tree whose other sites are done.
     plan = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert [(s.file, s.state) for s in plan.sites if s.kind == KIND_GENERATE_POSITIONS] == [
         ("verl/workers/rollout/hf_rollout.py", PENDING)]
-    assert not [s for s in plan.sites if s.kind != KIND_GENERATE_POSITIONS and s.state == PENDING]
+    assert not [s for s in plan.sites if s.kind not in (KIND_GENERATE_POSITIONS, KIND_ROLLOUT_LOG_PROBS)
+                and s.state == PENDING]
     patched = _generate_call(real_tree)
     assert "position_ids=None" in patched
-    assert _greedy_off_the_model(patched) == 0
+    assert _greedy_off_the_model(real_tree, patched) == 0
     # Idempotent: the patched site is found as patched, and nothing changes again.
     again = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
     assert not again.changes
     assert [s.state for s in again.sites if s.kind == KIND_GENERATE_POSITIONS] == [PATCHED]
+
+def _without(*kinds: str) -> Dict[str, Any]:
+    """Every release's patch-site table without ``kinds``: a table from before they existed."""
+    return {v: {f: {k: n for k, n in table.items() if k not in kinds} for f, table in t.items()}
+            for v, t in RELEASES.items()}
+
+
+def _rollout_probs_diff(tree: Path, temperature: float = 0.7, steps: int = 16) -> Optional[float]:
+    """training/rollout_probs_diff_mean as verl's trainer computes it (the mean |p_rollout - p_actor| of the
+    sampled tokens up to each one's EOS) of a batch the tree's HF rollout samples: its generate call and its
+    batch's ``rollout_log_probs`` entry run as verl runs them, sampling at ``temperature``; the actor's
+    log-probs as verl's actor takes them. None when the batch has no such entry (the rollout as released)."""
+    import torch
+
+    batch = next(n for n in ast.walk(_hf_rollout(tree)) if isinstance(n, ast.Dict)
+                 and "responses" in [k.value for k in n.keys if isinstance(k, ast.Constant)])
+    entry = [v for k, v in zip(batch.keys, batch.values) if isinstance(k, ast.Constant) and k.value == "rollout_log_probs"]
+    if not entry:
+        return None
+    # Weights ten times the usual init: a random model at 0.02 is near uniform, and a fault barely moves it.
+    names = _rollout_scope(tree, sample=True, steps=steps, init=0.2, temperature=temperature)
+    with torch.no_grad():
+        seq = eval(_generate_call(tree), names).sequences  # noqa: S307 - verl's own call, read from the tree
+        seq = torch.cat([seq, torch.zeros(len(seq), names["_width"] + steps - seq.size(1), dtype=seq.dtype)], dim=1)
+        names["response"] = response = seq[:, names["_width"]:]
+        rollout = eval(ast.unparse(entry[0]), names)  # noqa: S307 - the patch's entry, read from the tree
+        eos = (response == 1).long()
+        response_mask = (eos.cumsum(-1) - eos) == 0  # up to and including the first EOS, as verl's get_response_mask
+        actor = _actor_log_probs(names, seq, response_mask, temperature).gather(-1, response[..., None])[..., 0]
+    assert rollout.shape == response.shape and rollout.dtype == torch.float32
+    return float((rollout.exp() - actor.exp()).abs()[response_mask].mean())
+
+
+@pytest.mark.parametrize("real_tree", ["0.5.0", "0.4.1"], indirect=True)
+def test_verls_hf_rollout_returns_the_log_probs_it_sampled_with(real_tree: Path) -> None:
+    """verl 0.4 to 0.5's trainer logs the rollout-actor gap (training/rollout_probs_diff_*) only when the rollout
+    returns log-probs, which verl's HF rollout never does. Patched, it returns the log-prob of each token it
+    sampled, and they agree with the actor's for the same tokens to float32 rounding; with the position fault
+    left in (the negative control: a table without hf_generate_positions), the same measure shows it."""
+    assert _rollout_probs_diff(real_tree) is None  # as released: nothing to compare
+    patch_tree(str(real_tree), "pascal", "sdpa", releases=_without(KIND_GENERATE_POSITIONS))
+    faulty = _rollout_probs_diff(real_tree)
+    assert faulty is not None and faulty > 0.01
+    plan = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert [s.state for s in plan.sites if s.kind == KIND_GENERATE_POSITIONS] == [PENDING]
+    gap = _rollout_probs_diff(real_tree)
+    assert gap is not None and gap < 1e-5, gap
+    again = patch_tree(str(real_tree), "pascal", "sdpa", releases=RELEASES)
+    assert not again.changes
+    assert [s.state for s in again.sites if s.kind == KIND_ROLLOUT_LOG_PROBS] == [PATCHED]
+    # A release whose trainer does not log the gap (0.3.0.post1) is not listed: its rollout stays as released.
+    assert not [f for v, t in RELEASES.items() if v.startswith("0.3") for f, k in t.items() if KIND_ROLLOUT_LOG_PROBS in k]
+
 
 def _log_probs_function(tree: Path) -> Callable[..., Any]:
     """verl's own logprobs_from_logits_v2, compiled from the tree's file alone (verl's imports are not needed)."""
@@ -776,7 +862,7 @@ def test_real_sdist_package_dir_as_source(real_tree: Path) -> None:
 def test_synthetic_sites_found_by_syntax(synthetic: Path) -> None:
     plan = make_plan(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     odd = [s for s in plan.sites if s.file == "verl/workers/odd_forms.py"]
-    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
+    assert by_kind(odd, PENDING) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 1, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0, KIND_ROLLOUT_LOG_PROBS: 0}
     assert {s.line for s in odd if s.kind == KIND_AUTOCAST} == {12, 17, 19, 21, 30}
     policies = [s for s in plan.sites if s.file == "verl/workers/mixed_precision_forms.py"]
     assert {(s.line, s.kind, s.state) for s in policies} == {(n, KIND_MIXED_PRECISION, PENDING) for n in (10, 11, 16, 17)}
@@ -901,10 +987,10 @@ def test_synthetic_idempotent_and_retarget(synthetic: Path) -> None:
     before = snapshot(synthetic)
     again = patch_tree(str(synthetic), "pascal", "sdpa", allow_unsupported=True)
     assert not again.changes and snapshot(synthetic) == before
-    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_MIXED_PRECISION: 4, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
+    assert by_kind(again.sites, PATCHED) == {KIND_AUTOCAST: 5, KIND_ATTN: 7, KIND_BERT: 2, KIND_MIXED_PRECISION: 4, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0, KIND_ROLLOUT_LOG_PROBS: 0}
 
     retarget = patch_tree(str(synthetic), "volta_turing", "eager", allow_unsupported=True)
-    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0}
+    assert by_kind(retarget.pending) == {KIND_AUTOCAST: 0, KIND_ATTN: 7, KIND_BERT: 0, KIND_MIXED_PRECISION: 0, KIND_ROLLOUT_N: 0, KIND_LOGSUMEXP: 0, KIND_REPLAY_POLL: 0, KIND_GENERATE_POSITIONS: 0, KIND_ROLLOUT_LOG_PROBS: 0}
     odd = (synthetic / "verl/workers/odd_forms.py").read_text()
     assert odd == (EXPECTED / "odd_forms.py").read_text().replace("'sdpa'", "'eager'").replace('"sdpa"', '"eager"')
     marker = (synthetic / "verl/_pascal_compat/__init__.py").read_text()

@@ -90,7 +90,8 @@ from .errors import (BadSourceError, DamagedSourceError, InterruptedPatchError, 
                      UpstreamChangedError, VerlPatchError)
 from .journal import JOURNAL_NAME, roll_forward
 from .kinds import (ATTN_CHOICES, ENGINE_VERSION, GATED_KINDS, KEPT, KIND_ATTN, KIND_AUTOCAST, KIND_BERT, KIND_COMPAT,
-                    KIND_GENERATE_POSITIONS, KIND_LOGSUMEXP, KIND_MIXED_PRECISION, KIND_REPLAY_POLL, KIND_ROLLOUT_N, KINDS, LOGSUMEXP_CHUNK,
+                    KIND_GENERATE_POSITIONS, KIND_LOGSUMEXP, KIND_MIXED_PRECISION, KIND_REPLAY_POLL, KIND_ROLLOUT_LOG_PROBS,
+                    KIND_ROLLOUT_N, KINDS, LOGSUMEXP_CHUNK,
                     MARKER, PATCH_FP32, PATCH_KINDS, PATCH_NONE, PATCHED, PENDING, REPLAY_POLL_S, Releases, SiteTable)
 from .model import FileChange, Plan, Site
 from .patch import apply_plan, patch_tree
@@ -101,7 +102,7 @@ from .source import Edit, SourceText
 __all__ = [
     "ATTN_CHOICES", "ENGINE_VERSION", "FAULT_ENV", "GATED_KINDS", "JOURNAL_NAME", "KEPT", "KINDS", "KIND_ATTN",
     "KIND_AUTOCAST", "KIND_BERT", "KIND_COMPAT", "KIND_GENERATE_POSITIONS", "KIND_LOGSUMEXP", "KIND_MIXED_PRECISION", "KIND_REPLAY_POLL",
-    "KIND_ROLLOUT_N", "LOGSUMEXP_CHUNK", "MARKER", "PATCHED", "PATCH_FP32", "PATCH_KINDS", "PATCH_NONE", "PENDING",
+    "KIND_ROLLOUT_LOG_PROBS", "KIND_ROLLOUT_N", "LOGSUMEXP_CHUNK", "MARKER", "PATCHED", "PATCH_FP32", "PATCH_KINDS", "PATCH_NONE", "PENDING",
     "REPLAY_POLL_S", "TEMP_PREFIX", "BadSourceError", "DamagedSourceError", "Edit", "FileChange", "FoundSite",
     "InterruptedPatchError", "Plan", "Releases", "RewriteError", "ScanContext", "Site", "SiteTable", "SourceText",
     "UnsupportedVersionError", "UpstreamChangedError", "VerlPatchError", "apply_plan", "make_plan", "patch_tree",

@@ -54,9 +54,20 @@ REPLAY_POLL_S = 0.1
 # passed none). Gated: listed where verl's own HF rollout generates.
 KIND_GENERATE_POSITIONS = "hf_generate_positions"
 GENERATE_POSITIONS_KEY = "position_ids"
+
+# verl 0.4.0 to 0.5.0's trainer logs how far the rollout's probabilities of the
+# sampled tokens are from the actor's (training/rollout_probs_diff_*) whenever
+# the rollout returns its log-probs, which its own HF rollout never does: the
+# check that catches a rollout sampling from another distribution than the one
+# the actor trains (the position fault above was one) is missing where verl's HF
+# rollout runs. The rewrite hands generate a logits processor that keeps each
+# sampled token's log-prob and puts them into the batch as rollout_log_probs.
+# Gated: listed where verl's own HF rollout generates and the trainer logs them.
+KIND_ROLLOUT_LOG_PROBS = "hf_rollout_log_probs"
 KINDS = (KIND_AUTOCAST, KIND_ATTN, KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL,
-         KIND_GENERATE_POSITIONS)
-GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL, KIND_GENERATE_POSITIONS})
+         KIND_GENERATE_POSITIONS, KIND_ROLLOUT_LOG_PROBS)
+GATED_KINDS = frozenset({KIND_ROLLOUT_N, KIND_LOGSUMEXP, KIND_REPLAY_POLL, KIND_GENERATE_POSITIONS,
+                         KIND_ROLLOUT_LOG_PROBS})
 KIND_COMPAT = "compat_module"
 
 PENDING = "pending"

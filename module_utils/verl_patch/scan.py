@@ -10,7 +10,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from .context import FoundSite, ScanContext
 from .errors import RewriteError
 from .finders import FINDERS
-from .kinds import KIND_BERT, KIND_MIXED_PRECISION, PENDING, REPLAY_POLL_PARAM
+from .kinds import KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_LOG_PROBS, PENDING, REPLAY_POLL_PARAM
 from .model import FileChange, Site
 from .names import import_aliases, walk_with_parents
 from .source import SourceText, apply_edits, parse, src_line
@@ -40,7 +40,10 @@ def to_site(rel: str, src: SourceText, found: FoundSite) -> Site:
     if found.kind in (KIND_BERT, KIND_MIXED_PRECISION) and found.edits:  # whole lines; the note at a line's end
         start = min([start] + [e.start for e in found.edits])
         end = max([end] + [e.end for e in found.edits])
-    growth = sum(len(e.text) - (e.end - e.start) for e in found.edits)
+    edits = found.edits
+    if found.kind == KIND_ROLLOUT_LOG_PROBS:  # the site's text is the call; its other lines go elsewhere
+        edits = [e for e in edits if start <= e.start and e.end <= end]
+    growth = sum(len(e.text) - (e.end - e.start) for e in edits)
     after = apply_edits(src.text, found.edits)[start : end + growth]
     node_start, node_end = src.span(found.node)
     line, col = src.position(node_start)
