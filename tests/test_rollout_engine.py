@@ -156,6 +156,17 @@ def test_settings_the_server_cannot_honour_are_named() -> None:
         assert key in text
 
 
+def test_log_probs_at_any_temperature_need_verls_processed_mode() -> None:
+    """From verl 0.7 the rollout config's logprobs_mode is processed_logprobs: the server then returns the
+    log-probs of the distribution it sampled from, and any temperature is fine. Raw log-probs at another
+    temperature than 1 would differ from the actor's; a mode the server has not is refused by name."""
+    asked = {"calculate_log_probs": True, "temperature": 0.7}
+    assert eng.server_unsupported({**asked, "logprobs_mode": "processed_logprobs"}) == []
+    assert "logprobs_mode=processed_logprobs" in "\n".join(eng.server_unsupported({**asked, "logprobs_mode": "raw_logprobs"}))
+    assert eng.server_unsupported({**asked, "calculate_log_probs": False, "logprobs_mode": "raw_logprobs"}) == []
+    assert "logprobs_mode=processed_logits" in "\n".join(eng.server_unsupported({"logprobs_mode": "processed_logits"}))
+
+
 class _Tokenizer:
     eos_token_id = 7
     pad_token_id = None

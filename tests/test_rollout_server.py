@@ -54,14 +54,44 @@ def test_greedy_requests_match_the_models_own_generate(model) -> None:
         assert result.token_ids == expected
 
 
+def response_logits(model, prompt: List[int], result: srv.TokenResult) -> "torch.Tensor":
+    """The logits that chose each of ``result``'s tokens, from one forward pass of prompt and response."""
+    ids = torch.tensor([prompt + result.token_ids])
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+
+
+def of_tokens(log_probs: "torch.Tensor", result: srv.TokenResult) -> "torch.Tensor":
+    return log_probs.gather(1, torch.tensor(result.token_ids)[:, None]).squeeze(1)
+
+
 def test_log_probs_are_the_models_for_each_response_token(model) -> None:
     params = srv.SamplingParams(max_tokens=10, temperature=0.8, top_k=20, top_p=0.9, seed=3)
     for prompt, result in zip(PROMPTS, srv.decode(model, PROMPTS, [params] * len(PROMPTS), {EOS}, PAD)):
-        ids = torch.tensor([prompt + result.token_ids])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
-        expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(result.token_ids)[:, None]).squeeze(1)
+        expected = of_tokens(torch.log_softmax(response_logits(model, prompt, result), dim=-1), result)
         assert torch.allclose(torch.tensor(result.log_probs), expected, atol=1e-5)
+
+
+def test_processed_log_probs_are_those_of_the_distribution_each_token_was_drawn_from(model) -> None:
+    """verl's default logprobs_mode (processed_logprobs, from 0.7): the log-prob under the temperature,
+    top-k and top-p the token was sampled with. Without top-k and top-p that is what verl's actor
+    computes at the rollout's temperature, so the rollout-actor gap is rounding at any temperature;
+    the raw log-probs (the negative control) are not."""
+    warped = srv.SamplingParams(max_tokens=10, temperature=0.7, top_k=20, top_p=0.9, seed=3, processed_log_probs=True)
+    plain = srv.SamplingParams(max_tokens=10, temperature=0.7, seed=3, processed_log_probs=True)
+    raw = srv.SamplingParams(max_tokens=10, temperature=0.7, seed=3)
+    for prompt, (w, p, r) in zip(PROMPTS, zip(*(srv.decode(model, PROMPTS, [s] * len(PROMPTS), {EOS}, PAD)
+                                               for s in (warped, plain, raw)))):
+        assert p.token_ids == r.token_ids  # the mode changes the log-probs, never the tokens
+        expected = of_tokens(torch.log_softmax(srv.warp(response_logits(model, prompt, w), warped), dim=-1), w)
+        assert torch.allclose(torch.tensor(w.log_probs), expected, atol=1e-5)
+        actor = of_tokens(torch.log_softmax(response_logits(model, prompt, p) / 0.7, dim=-1), p)
+        assert (torch.tensor(p.log_probs) - actor).abs().max() < 1e-5
+        assert (torch.tensor(r.log_probs) - actor).abs().max() > 1e-2
+    # greedy requests keep the model's log-probs in either mode
+    greedy = [srv.decode(model, PROMPTS[:1], [srv.SamplingParams(max_tokens=6, temperature=0, processed_log_probs=m)],
+                         {EOS}, PAD)[0].log_probs for m in (False, True)]
+    assert greedy[0] == greedy[1]
 
 
 def test_a_seeded_request_gets_the_same_tokens_alone_and_in_any_batch(model) -> None:
@@ -111,6 +141,9 @@ def test_settings_from_verls_agent_loop() -> None:
     assert srv.for_request({}, 10, srv.Limits(64, 32, seed=3)).seed == 3
     assert srv.for_request({"seed": 4}, 10, srv.Limits(64, 32, seed=3)).seed == 4
     assert srv.for_request({}, 10, limits).seed is None
+    # the replica's logprobs_mode reaches every request
+    assert srv.for_request({}, 10, srv.Limits(64, 32, processed_log_probs=True)).processed_log_probs
+    assert not srv.for_request({}, 10, limits).processed_log_probs
     with pytest.raises(ValueError, match="no room to generate"):
         srv.for_request({}, 96, limits)
     with pytest.raises(ValueError, match="repetition_penalty"):

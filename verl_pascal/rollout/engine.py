@@ -21,6 +21,7 @@ import torch
 
 from verl_pascal.rollout import generate as gen
 from verl_pascal.rollout.generate import setting
+from verl_pascal.rollout.server import LOG_PROBS_MODES, PROCESSED_LOG_PROBS, RAW_LOG_PROBS
 
 #: Names a rollout config may give its dtype, and the dtype each means.
 DTYPES: Mapping[str, torch.dtype] = {
@@ -103,9 +104,16 @@ def server_unsupported(config: Any) -> List[str]:
     if not setting(config, "free_cache_engine", True):
         found.append("actor_rollout_ref.rollout.free_cache_engine=False would keep a full copy of the weights on "
                      "the GPU through training: set it True")
-    if setting(config, "calculate_log_probs", False) and float(setting(config, "temperature", 1.0)) != 1.0:
-        found.append("actor_rollout_ref.rollout.calculate_log_probs=True with temperature != 1: the Pascal rollout "
-                     "returns the model's log-probs at temperature 1; set temperature=1.0 or leave the log-probs off")
+    mode = setting(config, "logprobs_mode", RAW_LOG_PROBS)
+    if mode not in LOG_PROBS_MODES:
+        found.append(f"actor_rollout_ref.rollout.logprobs_mode={mode}: the Pascal rollout returns log-probs, "
+                     f"{' or '.join(LOG_PROBS_MODES)}")
+    elif (setting(config, "calculate_log_probs", False) and mode == RAW_LOG_PROBS
+          and float(setting(config, "temperature", 1.0)) != 1.0):
+        found.append("actor_rollout_ref.rollout.calculate_log_probs=True with temperature != 1 and "
+                     f"logprobs_mode={RAW_LOG_PROBS}: the rollout's log-probs would be the model's at temperature 1, "
+                     f"the actor's at the rollout's temperature; set logprobs_mode={PROCESSED_LOG_PROBS} (verl's "
+                     "default), temperature=1.0, or leave the log-probs off")
     if float(setting(config, "repetition_penalty", 1.0) or 1.0) != 1.0:
         found.append("actor_rollout_ref.rollout.repetition_penalty: the Pascal rollout samples without one (use 1.0)")
     backend = setting(setting(config, "checkpoint_engine", {}) or {}, "backend", "naive")

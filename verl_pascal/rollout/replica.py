@@ -49,8 +49,8 @@ from verl.workers.rollout import replica as verl_replica
 from verl_pascal.rollout.engine import (HFEngine, RolloutError, attention, dtype_of, refuse, rollout_device,
                                        server_unsupported, token_ids)
 from verl_pascal.rollout.generate import setting
-from verl_pascal.rollout.server import (GenerationServer, Limits, SamplingParams, TokenResult, decode, for_request,
-                                       vocab_size_of)
+from verl_pascal.rollout.server import (PROCESSED_LOG_PROBS, RAW_LOG_PROBS, GenerationServer, Limits, SamplingParams,
+                                       TokenResult, decode, for_request, vocab_size_of)
 
 NAME = "hf"
 MODE = "async"
@@ -157,7 +157,8 @@ class PascalServer:
         self.limits = Limits(response_length=int(setting(config, "response_length", 512)),
                              prompt_length=int(setting(config, "prompt_length", 512)),
                              max_model_len=setting(config, "max_model_len", None),
-                             seed=None if seed is None else replica_rank + int(seed), ignore_eos=self.ignore_eos)
+                             seed=None if seed is None else replica_rank + int(seed), ignore_eos=self.ignore_eos,
+                             processed_log_probs=setting(config, "logprobs_mode", RAW_LOG_PROBS) == PROCESSED_LOG_PROBS)
         self.max_batch_size = int(setting(config, "max_num_seqs", 64))
         self.generation: Optional[GenerationServer] = None
         self.global_steps: Optional[int] = None

@@ -9,9 +9,12 @@ server core; an adapter for verl's replica interface builds on it.
 - :func:`decode` generates for a batch of prompts with the model's KV cache.
   Each request samples with its own random generator, seeded from its
   settings, so its tokens do not depend on which other requests share the
-  batch. It returns, per request, the token ids, the log-prob of each under
-  the model (the log-softmax of the raw logits, before temperature, top-k and
-  top-p), and why it stopped.
+  batch. It returns, per request, the token ids, the log-prob of each, and
+  why it stopped. The log-probs are vLLM's, in the mode verl's rollout config
+  names (``logprobs_mode``): ``raw_logprobs``, the log-softmax of the model's
+  logits, or ``processed_logprobs`` (verl's default from 0.7), of the
+  distribution the token was drawn from (after temperature, top-k and top-p),
+  which is what verl's actor computes at the same temperature.
 - :class:`GenerationServer` queues concurrent requests and runs them in
   batches of up to ``max_batch_size``. verl's agent loop sends a step's
   prompts from several worker processes, so they arrive spread over some
@@ -53,6 +56,11 @@ class RequestRefused(ValueError):
 MIN_TEMPERATURE = 1e-5
 #: Seeds a torch generator takes: 0 to 2**64 - 1.
 SEED_LIMIT = 2 ** 64
+#: verl's ``rollout.logprobs_mode`` values (vLLM's) that this server honours: the model's raw log-probs,
+#: or those of the distribution each token was drawn from.
+RAW_LOG_PROBS = "raw_logprobs"
+PROCESSED_LOG_PROBS = "processed_logprobs"
+LOG_PROBS_MODES = (RAW_LOG_PROBS, PROCESSED_LOG_PROBS)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class SamplingParams:
     top_k: int = -1
     seed: Optional[int] = None
     stop_token_ids: FrozenSet[int] = frozenset()
+    processed_log_probs: bool = False  # log-probs of the warped distribution (vLLM's processed_logprobs)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -91,14 +100,15 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Limits:
     """What the rollout config allows a request: its response length, the context, the seed verl's
-    ``full_determinism`` gives every request of a replica (None: each request draws its own), and
-    whether the replica ignores EOS."""
+    ``full_determinism`` gives every request of a replica (None: each request draws its own), whether
+    the replica ignores EOS, and whether its log-probs are processed (``logprobs_mode``)."""
 
     response_length: int
     prompt_length: int
     max_model_len: Optional[int] = None
     seed: Optional[int] = None
     ignore_eos: bool = False
+    processed_log_probs: bool = False
 
     @property
     def context(self) -> int:
@@ -194,7 +204,8 @@ def for_request(params: Mapping[str, Any], prompt_len: int, limits: Limits) -> S
                           top_p=real("top_p", params.get("top_p", 1.0)),
                           top_k=integer("top_k", params.get("top_k", -1)),
                           seed=None if seed is None else integer("seed", seed),
-                          stop_token_ids=stop_ids(params.get("stop_token_ids")))
+                          stop_token_ids=stop_ids(params.get("stop_token_ids")),
+                          processed_log_probs=limits.processed_log_probs)
 
 
 def vocab_size_of(hf_config: Any) -> Optional[int]:
@@ -256,21 +267,30 @@ def _groups(params: Sequence[SamplingParams], rows: Sequence[int]) -> Dict[Tuple
 
 
 def pick_rows(logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[Optional[torch.Generator]],
-              rows: Optional[Sequence[int]] = None) -> torch.Tensor:
-    """The next token of each of ``rows`` (default: all) as a tensor on the logits' device: argmax for
-    the greedy rows, and for the others one draw each, with its own generator, from its warped
-    distribution. The rows that share settings are warped together, and nothing waits for the
-    device (no transfer to the host), so a batch costs a few kernels, not a few per row."""
+              rows: Optional[Sequence[int]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each of ``rows`` (default: all) and its log-prob, as tensors on the logits'
+    device: argmax for the greedy rows, and for the others one draw each, with its own generator,
+    from its warped distribution. The log-prob is the raw logits' (log-softmax), or for a sampled
+    row that asks for processed log-probs the warped distribution's it was drawn from. The rows that
+    share settings are warped together, and nothing waits for the device (no transfer to the host),
+    so a batch costs a few kernels, not a few per row."""
     rows = list(range(logits.shape[0])) if rows is None else list(rows)
     index = torch.tensor(rows, device=logits.device)
-    tokens = logits.index_select(0, index).argmax(dim=-1)
+    selected = logits.index_select(0, index)
+    tokens = selected.argmax(dim=-1)
+    log_probs = torch.log_softmax(selected, dim=-1)
     where = {row: i for i, row in enumerate(rows)}
     for members in _groups(params, rows).values():
-        probs = warp(logits.index_select(0, torch.tensor(members, device=logits.device)), params[members[0]]
-                     ).softmax(dim=-1)
+        warped = torch.log_softmax(warp(logits.index_select(0, torch.tensor(members, device=logits.device)),
+                                        params[members[0]]), dim=-1)
+        probs = warped.exp()
         draws = [torch.multinomial(probs[i], num_samples=1, generator=generators[row]) for i, row in enumerate(members)]
-        tokens[torch.tensor([where[row] for row in members], device=logits.device)] = torch.cat(draws)
-    return tokens
+        at = torch.tensor([where[row] for row in members], device=logits.device)
+        tokens[at] = torch.cat(draws)
+        processed = [i for i, row in enumerate(members) if params[row].processed_log_probs]
+        if processed:
+            log_probs[at[processed]] = warped[processed]
+    return tokens, log_probs.gather(1, tokens[:, None]).squeeze(1)
 
 
 def generator_for(params: SamplingParams, device: torch.device) -> Optional[torch.Generator]:
@@ -314,9 +334,7 @@ def decode(model: Any, prompts: Sequence[Sequence[int]], params: Sequence[Sampli
         past = out.past_key_values
         logits = out.logits[:, -1, :].float()
         running = [row for row, result in enumerate(results) if result.stop_reason is None]
-        picked = pick_rows(logits, params, generators, running)
-        chosen = torch.log_softmax(logits.index_select(0, torch.tensor(running, device=device)), dim=-1).gather(
-            1, picked[:, None]).squeeze(1)
+        picked, chosen = pick_rows(logits, params, generators, running)
         tokens = [pad_token_id] * len(results)
         for row, token, log_prob in zip(running, picked.tolist(), chosen.tolist()):
             result = results[row]
