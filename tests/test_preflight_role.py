@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verl_pascal import verl_releases
+from verl_pascal import verl_releases, version_lock
 
 from conftest import REPO_ROOT as REPO
 from conftest import needs_ansible, run_playbook
@@ -294,8 +294,7 @@ def mirror_dir(root: Path, files: list[str], wheels: bool = True) -> Path:
 
 def default_sdist() -> str:
     """The sdist of the release the version lock installs (verl_version), as its folder names it."""
-    versions = yaml.safe_load((REPO / "inventory/group_vars/all/versions.yml").read_text())
-    return str(verl_releases.read(str(versions["verl_version"]))["sdist"])
+    return str(verl_releases.read(str(version_lock.load_lock()["verl_version"]))["sdist"])
 
 
 LOCK_FILES = ["cuda_11.8.0_520.61.05_linux.run", "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz",

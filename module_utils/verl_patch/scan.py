@@ -10,10 +10,11 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from .context import FoundSite, ScanContext
 from .errors import RewriteError
 from .finders import FINDERS
-from .kinds import KIND_BERT, KIND_MIXED_PRECISION, KIND_ROLLOUT_LOG_PROBS, PENDING, REPLAY_POLL_PARAM
+from .kinds import KIND_BERT, KIND_MIXED_PRECISION, PENDING, REPLAY_POLL_PARAM
 from .model import FileChange, Site
 from .names import import_aliases, walk_with_parents
-from .source import SourceText, apply_edits, parse, src_line
+from .source import SourceText, apply_edits, line_end_offset, parse, src_line
+from .source import end_line as last_line_of
 from .tree import read_source
 
 TRIGGERS = ("autocast", "flash_attn", "attn_implementation", "MixedPrecision", "num_return_sequences", "logsumexp",
@@ -40,10 +41,9 @@ def to_site(rel: str, src: SourceText, found: FoundSite) -> Site:
     if found.kind in (KIND_BERT, KIND_MIXED_PRECISION) and found.edits:  # whole lines; the note at a line's end
         start = min([start] + [e.start for e in found.edits])
         end = max([end] + [e.end for e in found.edits])
-    edits = found.edits
-    if found.kind == KIND_ROLLOUT_LOG_PROBS:  # the site's text is the call; its other lines go elsewhere
-        edits = [e for e in edits if start <= e.start and e.end <= end]
-    growth = sum(len(e.text) - (e.end - e.start) for e in edits)
+    # The edits on the site's own lines (a kind may also insert lines elsewhere in the file).
+    last = max(end, line_end_offset(src, last_line_of(found.node)))
+    growth = sum(len(e.text) - (e.end - e.start) for e in found.edits if start <= e.start and e.end <= last)
     after = apply_edits(src.text, found.edits)[start : end + growth]
     node_start, node_end = src.span(found.node)
     line, col = src.position(node_start)

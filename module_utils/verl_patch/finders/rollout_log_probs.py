@@ -104,7 +104,7 @@ def find_rollout_log_probs(ctx: ScanContext) -> List[FoundSite]:
     for call in _generate_calls(ctx):
         config = _keyword(call, CONFIG_KEY)
         batch = _batch_dict(ctx, call)
-        if config is None or batch is None or not call.keywords:
+        if config is None or batch is None or batch[0].keys[0] is None:  # a dict opening with ** is no site
             continue
         processor = _keyword(call, PROCESSOR_KEY)
         if processor is not None:  # patched; a processor of verl's own is no site (the table then refuses)
@@ -115,7 +115,7 @@ def find_rollout_log_probs(ctx: ScanContext) -> List[FoundSite]:
             found.append(FoundSite(KIND_ROLLOUT_LOG_PROBS, KEPT, call))
             continue
         first_keyword, (dict_node, responses) = call.keywords[0], batch
-        first_key = dict_node.keys[0] if dict_node.keys and dict_node.keys[0] is not None else dict_node.values[0]
+        first_key = dict_node.keys[0]
         at_call = ctx.src.offset(first_keyword.lineno, first_keyword.col_offset)  # type: ignore[attr-defined]
         at_dict = ctx.src.offset(first_key.lineno, first_key.col_offset)  # type: ignore[attr-defined]
         text = ctx.src.text
